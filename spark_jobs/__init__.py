@@ -1,0 +1,1 @@
+"""The Spark side: backlog-aware checkpointing for PySpark Structured Streaming jobs."""

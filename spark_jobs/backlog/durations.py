@@ -1,0 +1,61 @@
+"""Durations as users write them in Spark conf: ``500ms``, ``30s``, ``30min``, ``1h``."""
+
+from __future__ import annotations
+
+import re
+
+_UNITS_S = {
+    "ms": 0.001,
+    "milli": 0.001,
+    "millis": 0.001,
+    "s": 1.0,
+    "sec": 1.0,
+    "secs": 1.0,
+    "second": 1.0,
+    "seconds": 1.0,
+    "m": 60.0,
+    "min": 60.0,
+    "mins": 60.0,
+    "minute": 60.0,
+    "minutes": 60.0,
+    "h": 3600.0,
+    "hour": 3600.0,
+    "hours": 3600.0,
+    "d": 86400.0,
+    "day": 86400.0,
+    "days": 86400.0,
+}
+_PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*$")
+
+DURATION_FORMAT = "a number with a unit, such as 500ms, 30s, 30min, 1h or 1d (or 0)"
+
+
+def parse_duration(text: str) -> float:
+    """Return the duration in seconds; raise ValueError naming the accepted format.
+
+    A bare number is accepted only for zero: ``30`` could mean milliseconds (Flink)
+    or seconds (Spark triggers), so we make the user say which.
+    """
+    match = _PATTERN.match(text.lower())
+    if not match:
+        raise ValueError(f"expected {DURATION_FORMAT}")
+    number, unit = float(match.group(1)), match.group(2)
+    if not unit:
+        if number == 0:
+            return 0.0
+        raise ValueError(f"a unit is required; expected {DURATION_FORMAT}")
+    if unit not in _UNITS_S:
+        raise ValueError(f"unknown unit {unit!r}; expected {DURATION_FORMAT}")
+    return number * _UNITS_S[unit]
+
+
+def format_duration(seconds: float) -> str:
+    """The shortest exact spelling, for messages and logs (``1.5s``, ``30min``)."""
+    if seconds == 0:
+        return "0"
+    for unit, size in (("d", 86400.0), ("h", 3600.0), ("min", 60.0), ("s", 1.0)):
+        if seconds >= size and (seconds / size).is_integer():
+            return f"{int(seconds / size)}{unit}"
+    if seconds < 1:
+        return f"{round(seconds * 1000, 3):g}ms"
+    return f"{seconds:g}s"

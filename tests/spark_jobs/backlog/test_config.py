@@ -1,0 +1,144 @@
+import pytest
+
+from spark_jobs.backlog.config import BacklogConfig, ConfigError, checkpoint_interval
+
+BASE = {"spark.backlog.job-name": "orders"}
+
+
+def parse(**overrides: str) -> BacklogConfig:
+    conf = dict(BASE)
+    conf.update({f"spark.backlog.{k.replace('_', '-')}": v for k, v in overrides.items()})
+    return BacklogConfig.from_spark_conf(conf)
+
+
+def problems(conf: dict[str, str]) -> list[str]:
+    with pytest.raises(ConfigError) as error:
+        BacklogConfig.from_spark_conf({**BASE, **conf})
+    assert str(error.value).startswith("invalid backlog configuration:")
+    return error.value.problems
+
+
+def test_defaults():
+    config = BacklogConfig.from_spark_conf({}, app_name="my-app")
+    assert config.interval_s == 30
+    assert config.interval_during_backlog_s is None
+    assert config.min_pause_s == 0
+    assert config.max_batch_rows == 1_000_000
+    assert config.job_name == "my-app"
+    assert config.metrics_url == "sqlite:///backlog_metrics.db"
+    assert len(config.run_id) == 32
+
+
+def test_reads_every_key():
+    config = BacklogConfig.from_spark_conf(
+        {
+            "spark.backlog.checkpointing.interval": "2s",
+            "spark.backlog.checkpointing.interval-during-backlog": "30min",
+            "spark.backlog.checkpointing.min-pause": "500ms",
+            "spark.backlog.checkpointing.max-batch-rows": "2_000_000",
+            "spark.backlog.job-name": "orders",
+            "spark.backlog.run-id": "manual__2026-11-21",
+            "spark.backlog.metrics.url": "postgresql://u:p@127.0.0.1:5432/metrics",
+            "spark.backlog.file-source.pending-files-threshold": "3",
+        }
+    )
+    assert (config.interval_s, config.interval_during_backlog_s, config.min_pause_s) == (
+        2,
+        1800,
+        0.5,
+    )
+    assert config.max_batch_rows == 2_000_000
+    assert (config.job_name, config.run_id) == ("orders", "manual__2026-11-21")
+    assert config.metrics_url.startswith("postgresql://")
+    assert config.pending_files_threshold == 3
+
+
+def test_interval_during_backlog_zero_disables_periodic_checkpoints_in_backlog():
+    config = BacklogConfig.from_spark_conf(
+        {**BASE, "spark.backlog.checkpointing.interval-during-backlog": "0"}
+    )
+    assert checkpoint_interval(config, job_is_backlog=True) is None
+    assert checkpoint_interval(config, job_is_backlog=False) == 30
+
+
+def test_one_function_picks_the_interval():
+    unset = parse()
+    assert checkpoint_interval(unset, True) == checkpoint_interval(unset, False) == 30
+    longer = BacklogConfig.from_spark_conf(
+        {**BASE, "spark.backlog.checkpointing.interval-during-backlog": "10min"}
+    )
+    assert checkpoint_interval(longer, True) == 600
+    assert checkpoint_interval(longer, False) == 30
+
+
+def test_backlog_interval_shorter_than_interval_is_refused_with_flinks_reason():
+    [problem] = problems(
+        {
+            "spark.backlog.checkpointing.interval": "1min",
+            "spark.backlog.checkpointing.interval-during-backlog": "10s",
+        }
+    )
+    assert problem == (
+        "spark.backlog.checkpointing.interval-during-backlog = '10s' is invalid: it must be 0 "
+        "(no periodic checkpoint during backlog) or at least spark.backlog.checkpointing.interval "
+        "(1min), because checkpoints during backlog may only be rarer"
+    )
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "expected"),
+    [
+        ("checkpointing.interval", "0", "must be at least 1ms"),
+        ("checkpointing.interval", "30", "a unit is required"),
+        ("checkpointing.interval", "soon", "expected a number with a unit"),
+        ("checkpointing.interval-during-backlog", "1 fortnight", "unknown unit 'fortnight'"),
+        ("checkpointing.min-pause", "-1s", "expected a number with a unit"),
+        ("checkpointing.max-batch-rows", "0", "expected a whole number above 0"),
+        ("checkpointing.max-batch-rows", "1e6", "expected a whole number above 0"),
+        ("checkpointing.max-batch-rows", "lots", "expected a whole number above 0"),
+        ("job-name", "my job", "expected 1-200 characters"),
+        ("job-name", "-leading-dash", "expected 1-200 characters"),
+        ("run-id", "x" * 201, "expected 1-200 characters"),
+        ("metrics.url", "mysql://db/metrics", "expected an SQLAlchemy URL"),
+        ("metrics.url", "/tmp/metrics.db", "expected an SQLAlchemy URL"),
+        ("file-source.pending-files-threshold", "-2", "expected a whole number above 0"),
+    ],
+)
+def test_each_invalid_value_is_named_with_what_is_allowed(key, value, expected):
+    [problem] = problems({f"spark.backlog.{key}": value})
+    assert problem.startswith(f"spark.backlog.{key} = {value!r} is invalid: ")
+    assert expected in problem
+
+
+def test_unknown_key_is_refused_with_the_known_ones():
+    [problem] = problems({"spark.backlog.checkpointing.intervall": "5s"})
+    assert problem.startswith("spark.backlog.checkpointing.intervall = '5s' is not a known setting")
+    assert "spark.backlog.checkpointing.interval," in problem
+
+
+def test_all_problems_are_reported_together():
+    found = problems(
+        {
+            "spark.backlog.checkpointing.interval": "fast",
+            "spark.backlog.checkpointing.max-batch-rows": "none",
+        }
+    )
+    assert [p.split(" = ")[0] for p in found] == [
+        "spark.backlog.checkpointing.interval",
+        "spark.backlog.checkpointing.max-batch-rows",
+    ]
+
+
+def test_job_name_is_required_when_spark_has_no_app_name():
+    with pytest.raises(ConfigError, match=r"spark.backlog.job-name is not set and there is no"):
+        BacklogConfig.from_spark_conf({})
+
+
+def test_describe_is_one_readable_line():
+    config = BacklogConfig.from_spark_conf(
+        {**BASE, "spark.backlog.run-id": "r1", "spark.backlog.checkpointing.interval": "2s"}
+    )
+    assert config.describe() == (
+        "job=orders run=r1 interval=2s interval-during-backlog=same as interval "
+        "min-pause=0 max-batch-rows=1000000"
+    )

@@ -1,0 +1,245 @@
+import itertools
+
+import pytest
+
+from spark_jobs.backlog.decider import CheckpointDecider, CommittedBatch, ThroughputEstimator
+from tests.spark_jobs.backlog.simulation import FakeClock, config, gaps, simulate, starts
+
+
+def committed(clock: FakeClock, batch_id: int, seconds: float, rows: int) -> CommittedBatch:
+    started = clock.now
+    clock.advance(seconds)
+    return CommittedBatch(batch_id, started, clock.now, rows)
+
+
+# --- the first decision -------------------------------------------------------------------
+
+
+def test_first_batch_may_start_at_once_as_a_probe():
+    clock = FakeClock()
+    decider = CheckpointDecider(config(interval="1s", interval_during_backlog="30s"), clock)
+    assert decider.is_due()
+    assert decider.decision.due_at == clock.now
+    assert decider.decision.max_rows == 100_000  # a tenth of the row cap, to measure speed
+
+
+def test_with_zero_the_first_batch_is_as_large_as_the_cap_allows():
+    decider = CheckpointDecider(config(interval="1s", interval_during_backlog="0"), FakeClock())
+    assert decider.decision.max_rows == 1_000_000
+
+
+def test_first_status_report_is_not_a_switch():
+    clock = FakeClock()
+    decider = CheckpointDecider(config(interval="10s", interval_during_backlog="1h"), clock)
+    decision = decider.on_batch_committed(committed(clock, 0, 2.0, 100_000), job_is_backlog=True)
+    assert decision.is_backlog
+    assert decision.due_at == clock.now  # back to back, no live deadline to honour
+
+
+# --- real time ----------------------------------------------------------------------------
+
+
+def test_real_time_batches_start_one_interval_apart():
+    clock = FakeClock()
+    decider = CheckpointDecider(config(interval="2s"), clock)
+    batch = committed(clock, 0, 0.5, 10)
+    decision = decider.on_batch_committed(batch, job_is_backlog=False)
+    assert decision.due_at == batch.started_at + 2.0
+    assert not decider.is_due()
+    clock.advance(1.49)
+    assert not decider.is_due()
+    clock.advance(0.01)
+    assert decider.is_due()
+    assert decision.max_rows == 1_000_000  # all that has arrived, within the cap
+    assert not decision.standing
+
+
+def test_a_real_time_batch_longer_than_the_interval_is_followed_at_once():
+    clock = FakeClock()
+    decider = CheckpointDecider(config(interval="1s"), clock)
+    decider.on_batch_committed(committed(clock, 0, 3.0, 10), job_is_backlog=False)
+    assert decider.is_due()
+
+
+# --- backlog ------------------------------------------------------------------------------
+
+
+def test_backlog_batches_run_back_to_back_sized_from_measured_throughput():
+    clock = FakeClock()
+    cfg = config(interval="1s", interval_during_backlog="10s", max_batch_rows="100000000")
+    decider = CheckpointDecider(cfg, clock)
+    # batches cost 0.5 s plus 1 us per row
+    for batch_id, rows in enumerate([100_000, 1_000_000, 3_000_000]):
+        decision = decider.on_batch_committed(
+            committed(clock, batch_id, 0.5 + rows * 1e-6, rows), job_is_backlog=True
+        )
+    assert decision.due_at == clock.now
+    assert decision.standing
+    assert decision.max_rows == pytest.approx(9_500_000, rel=0.01)  # (10 s - 0.5 s) / 1 us
+
+
+def test_backlog_batches_never_exceed_the_row_cap():
+    clock = FakeClock()
+    decider = CheckpointDecider(
+        config(interval="1s", interval_during_backlog="1h", max_batch_rows="250000"), clock
+    )
+    decision = decider.on_batch_committed(committed(clock, 0, 0.1, 25_000), job_is_backlog=True)
+    assert decision.max_rows == 250_000
+
+
+def test_unset_backlog_interval_sizes_backlog_batches_to_the_interval():
+    clock = FakeClock()
+    decider = CheckpointDecider(config(interval="5s", max_batch_rows="100000000"), clock)
+    decision = decider.on_batch_committed(committed(clock, 0, 1.0, 100_000), job_is_backlog=True)
+    assert decision.interval_s == 5
+    assert decision.max_rows == 500_000  # 100k rows/s for 5 s
+
+
+def test_min_pause_separates_commit_from_next_start_in_both_modes():
+    clock = FakeClock()
+    decider = CheckpointDecider(
+        config(interval="1s", interval_during_backlog="1min", min_pause="3s"), clock
+    )
+    backlog = decider.on_batch_committed(committed(clock, 0, 1.0, 1000), job_is_backlog=True)
+    assert backlog.due_at == clock.now + 3
+    assert not backlog.standing  # each batch must wait for its own commit to be seen
+    live = decider.on_batch_committed(committed(clock, 1, 0.2, 10), job_is_backlog=False)
+    assert live.due_at == clock.now + 3
+
+
+# --- switching ----------------------------------------------------------------------------
+
+
+def test_when_backlog_ends_between_commits_next_is_due_within_one_interval():
+    clock = FakeClock()
+    decider = CheckpointDecider(
+        config(interval="1s", interval_during_backlog="1min", min_pause="5s"), clock
+    )
+    decider.on_batch_committed(committed(clock, 0, 1.0, 1000), job_is_backlog=True)
+    clock.advance(0.5)
+    decision = decider.on_status(job_is_backlog=False)
+    assert decision.due_at == clock.now + 1  # not the 5 s that min-pause armed in backlog
+    assert not decision.is_backlog
+    assert decision.interval_s == 1
+
+
+def test_when_backlog_ends_waiting_live_data_goes_at_once():
+    clock = FakeClock()
+    decider = CheckpointDecider(config(interval="10s", interval_during_backlog="1min"), clock)
+    decider.on_batch_committed(committed(clock, 0, 1.0, 1000), job_is_backlog=True)
+    assert decider.on_status(job_is_backlog=False).due_at <= clock.now
+
+
+def test_when_backlog_starts_the_armed_deadline_stands():
+    clock = FakeClock()
+    decider = CheckpointDecider(config(interval="10s", interval_during_backlog="1min"), clock)
+    live = decider.on_batch_committed(committed(clock, 0, 1.0, 10), job_is_backlog=False)
+    clock.advance(2)
+    decision = decider.on_status(job_is_backlog=True)
+    assert decision.due_at == live.due_at
+    assert decision.is_backlog
+    assert decision.interval_s == 60
+
+
+def test_a_batch_that_reports_backlog_starting_keeps_the_live_deadline_then_runs_back_to_back():
+    clock = FakeClock()
+    decider = CheckpointDecider(config(interval="10s", interval_during_backlog="1min"), clock)
+    decider.on_batch_committed(committed(clock, 0, 1.0, 10), job_is_backlog=False)
+    clock.advance(9)
+    first = committed(clock, 1, 1.0, 10)
+    decision = decider.on_batch_committed(first, job_is_backlog=True)
+    assert decision.due_at == first.started_at + 10
+    clock.now = decision.due_at
+    decision = decider.on_batch_committed(committed(clock, 2, 5.0, 5000), job_is_backlog=True)
+    assert decision.due_at == clock.now
+
+
+# --- Flink's integration shapes, over simulated runs --------------------------------------
+
+
+def test_checkpoints_occur_both_before_and_after_the_switch():
+    batches = simulate(
+        config(interval="1s", interval_during_backlog="30s"),
+        backlog_rows=3_000_000,
+        live_rows_per_s=1000,
+        seconds=30,
+    )
+    backlog = [b for b in batches if b.is_backlog]
+    live = [b for b in batches if not b.is_backlog]
+    assert len(backlog) >= 2 and len(live) >= 10
+    assert all(b.rows <= 1_000_000 for b in batches)
+    # real time: one batch per interval, start to start
+    steady = gaps(starts(live[2:]))
+    assert all(0.99 <= g <= 1.11 for g in steady), steady
+
+
+def test_with_zero_no_periodic_checkpoint_happens_before_the_switch():
+    slow = dict(live_rows_per_s=100, seconds=60, row_cost_s=1e-4)  # backlog takes 80 s
+    batches = simulate(config(interval="1s", interval_during_backlog="0"), 800_000, **slow)
+    assert [b.rows for b in batches if b.is_backlog] == [800_000]
+    # the same backlog with a time-based backlog interval is split by time
+    timed = simulate(config(interval="1s", interval_during_backlog="10s"), 800_000, **slow)
+    assert len([b for b in timed if b.is_backlog]) > 1
+
+
+def test_with_zero_backlog_is_split_only_by_the_row_cap():
+    batches = simulate(
+        config(interval="1s", interval_during_backlog="0", max_batch_rows="1000000"),
+        backlog_rows=2_500_000,
+        live_rows_per_s=100,
+        seconds=20,
+    )
+    assert [b.rows for b in batches if b.is_backlog] == [1_000_000, 1_000_000, 500_000]
+
+
+def test_backlog_batches_are_far_fewer_and_larger_than_live_ones():
+    batches = simulate(
+        config(interval="1s", interval_during_backlog="30s"),
+        backlog_rows=2_000_000,
+        live_rows_per_s=2000,
+        seconds=40,
+    )
+    backlog = [b for b in batches if b.is_backlog]
+    live = [b for b in batches if not b.is_backlog]
+    assert len(backlog) * 5 < len(live)
+    assert min(b.rows for b in backlog) > 20 * max(b.rows for b in live[3:])
+
+
+def test_backlog_drains_back_to_back():
+    batches = simulate(
+        config(interval="1s", interval_during_backlog="30s"),
+        backlog_rows=2_000_000,
+        live_rows_per_s=10,
+        seconds=20,
+    )
+    backlog = [b for b in batches if b.is_backlog]
+    idle = [b.started_at - a.committed_at for a, b in itertools.pairwise(backlog)]
+    assert all(gap <= 0.1 for gap in idle)  # at most one trigger tick between batches
+
+
+# --- the throughput estimate --------------------------------------------------------------
+
+
+def test_estimator_separates_fixed_cost_from_per_row_cost():
+    estimator = ThroughputEstimator()
+    for rows in (10_000, 100_000, 1_000_000):
+        estimator.observe(rows, 0.4 + rows * 2e-6)
+    assert estimator.rows_for(10.4) == pytest.approx(5_000_000, rel=0.001)
+
+
+def test_estimator_without_spread_folds_the_fixed_cost_in():
+    estimator = ThroughputEstimator()
+    estimator.observe(100_000, 1.0)
+    assert estimator.rows_for(2.0) == 200_000
+
+
+def test_estimator_does_not_extrapolate_beyond_ten_times_what_it_saw():
+    estimator = ThroughputEstimator()
+    estimator.observe(1000, 0.001)
+    assert estimator.rows_for(3600) == 10_000
+
+
+def test_estimator_knows_nothing_before_a_measurement():
+    estimator = ThroughputEstimator()
+    estimator.observe(0, 1.0)  # empty batches say nothing about throughput
+    assert estimator.rows_for(10) is None
