@@ -1,0 +1,1 @@
+"""Where a job records its checkpoints and backlog transitions, for Airflow and people to read."""

@@ -1,0 +1,206 @@
+"""The metrics tables: the contract between the streaming job and whoever reads it.
+
+SQLAlchemy Core only, and nothing from pyspark or the rest of the project, so an Airflow
+worker can import it without Spark. Column names are read by other tools: do not rename them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import sqlalchemy
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    event,
+    make_url,
+)
+from sqlalchemy.pool import NullPool
+
+metadata = MetaData()
+
+backlog_checkpoints = Table(
+    "backlog_checkpoints",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("job_name", String(200), nullable=False),
+    Column("run_id", String(200), nullable=False),
+    Column("batch_id", BigInteger, nullable=False),
+    Column("committed_at", DateTime(timezone=True), nullable=False),
+    Column("is_backlog", Boolean, nullable=False),
+    # NULL: periodic checkpoints are disabled (interval-during-backlog = 0).
+    Column("effective_interval_ms", BigInteger, nullable=True),
+    Column("num_input_rows", BigInteger, nullable=False),
+    Column("batch_duration_ms", BigInteger, nullable=False),
+    Column("watermark", DateTime(timezone=True), nullable=True),
+    Column("sources", Text, nullable=False),
+    Column("observed_metrics", Text, nullable=True),
+    # A retried insert of the same batch is a no-op rather than a second row.
+    UniqueConstraint("job_name", "run_id", "batch_id", name="uq_backlog_checkpoints_batch"),
+    Index("ix_backlog_checkpoints_job_committed_at", "job_name", "committed_at"),
+)
+
+backlog_transitions = Table(
+    "backlog_transitions",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("job_name", String(200), nullable=False),
+    Column("run_id", String(200), nullable=False),
+    Column("at", DateTime(timezone=True), nullable=False),
+    Column("is_backlog", Boolean, nullable=False),
+    Column("reason", String(500), nullable=False),
+    UniqueConstraint(
+        "job_name", "run_id", "at", "is_backlog", name="uq_backlog_transitions_change"
+    ),
+    Index("ix_backlog_transitions_job_at", "job_name", "at"),
+)
+
+
+def _require_utc(value: datetime | None, field: str) -> datetime | None:
+    if value is None:
+        return None
+    if not isinstance(value, datetime):
+        raise TypeError(f"{field} must be a datetime, got {value!r}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(f"{field} must be timezone-aware, got naive {value.isoformat()}")
+    return value.astimezone(UTC)
+
+
+@dataclass(frozen=True)
+class CheckpointRow:
+    """One committed micro-batch. Datetimes are normalised to UTC; naive ones are refused.
+
+    ``sources`` and ``observed_metrics`` are JSON text, stored as given.
+    """
+
+    job_name: str
+    run_id: str
+    batch_id: int
+    committed_at: datetime
+    is_backlog: bool
+    effective_interval_ms: int | None
+    num_input_rows: int
+    batch_duration_ms: int
+    watermark: datetime | None
+    sources: str
+    observed_metrics: str | None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "committed_at", _require_utc(self.committed_at, "committed_at"))
+        object.__setattr__(self, "watermark", _require_utc(self.watermark, "watermark"))
+
+
+@dataclass(frozen=True)
+class TransitionRow:
+    """One change of the job's backlog status. ``at`` is normalised to UTC."""
+
+    job_name: str
+    run_id: str
+    at: datetime
+    is_backlog: bool
+    reason: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "at", _require_utc(self.at, "at"))
+
+
+TABLE_OF_ROW: dict[type, Table] = {
+    CheckpointRow: backlog_checkpoints,
+    TransitionRow: backlog_transitions,
+}
+
+
+def row_values(row: CheckpointRow | TransitionRow) -> dict[str, object]:
+    """Column name to value, ready for an insert."""
+    return {f.name: getattr(row, f.name) for f in dataclasses.fields(row)}
+
+
+def create_tables(engine: sqlalchemy.Engine | sqlalchemy.Connection) -> None:
+    """Create whichever of the tables is missing; existing ones are left alone."""
+    metadata.create_all(engine, checkfirst=True)
+
+
+def _sqlite_pragmas(dbapi_connection: object, _record: object) -> None:
+    cursor = dbapi_connection.cursor()  # type: ignore[attr-defined]
+    try:
+        # WAL: readers (Airflow sensors) are not blocked by the job's writes and vice versa.
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA busy_timeout=5000")
+    finally:
+        cursor.close()
+
+
+def _installed_postgres_driver(url: sqlalchemy.URL) -> sqlalchemy.URL:
+    """Pick an installed driver for a plain ``postgresql://`` URL.
+
+    SQLAlchemy 2.1 made psycopg 3 the default, 2.0 used psycopg2; the Spark extra installs
+    psycopg2, so a URL that names no driver should work with either.
+    """
+    if url.drivername != "postgresql":
+        return url
+    for driver in ("psycopg", "psycopg2"):
+        if importlib.util.find_spec(driver) is not None:
+            return url.set(drivername=f"postgresql+{driver}")
+    return url
+
+
+def make_engine(url: str) -> sqlalchemy.Engine:
+    """An engine tuned for small, infrequent writes from a long-running job.
+
+    SQLite: a relative path is taken against the current directory (and its parent created);
+    no pool, so each use opens the file afresh and notices that it went away or came back.
+    PostgreSQL: connections are checked before use and connecting gives up after 5 s; a URL
+    without a driver uses whichever of psycopg and psycopg2 is installed.
+    """
+    parsed = make_url(url)
+    backend = parsed.get_backend_name()
+    if backend == "sqlite":
+        database = parsed.database or ""
+        if database in ("", ":memory:") or database.startswith("file::memory:"):
+            raise ValueError(
+                f"{url!r} is an in-memory SQLite database; metrics need a file such as "
+                "sqlite:///backlog_metrics.db"
+            )
+        if not parsed.query.get("uri"):
+            path = Path(database).expanduser()
+            if not path.is_absolute():
+                path = Path.cwd() / path
+            path.parent.mkdir(parents=True, exist_ok=True)
+            parsed = parsed.set(database=str(path))
+        engine = sqlalchemy.create_engine(parsed, poolclass=NullPool)
+        event.listen(engine, "connect", _sqlite_pragmas)
+        return engine
+    if backend == "postgresql":
+        parsed = _installed_postgres_driver(parsed)
+        connect_args: dict[str, object] = {}
+        if parsed.get_driver_name() in ("psycopg2", "psycopg"):
+            connect_args["connect_timeout"] = 5
+        return sqlalchemy.create_engine(parsed, pool_pre_ping=True, connect_args=connect_args)
+    raise ValueError(f"unsupported metrics database {backend!r}: use sqlite or postgresql")
+
+
+def as_utc(value: datetime | str | None) -> datetime | None:
+    """A timestamp read back from either backend, as an aware UTC datetime.
+
+    SQLite keeps no offset (the writer stores UTC), so naive values are taken as UTC.
+    """
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value.strip())
+    if value.tzinfo is None or value.utcoffset() is None:
+        return value.replace(tzinfo=UTC)
+    return value.astimezone(UTC)

@@ -1,0 +1,478 @@
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import sqlalchemy
+
+from spark_jobs.metrics import writer as writer_module
+from spark_jobs.metrics.schema import (
+    CheckpointRow,
+    TransitionRow,
+    as_utc,
+    backlog_checkpoints,
+    backlog_transitions,
+    make_engine,
+)
+from spark_jobs.metrics.writer import MetricsWriter, retry_delay
+
+LOGGER = "spark_jobs.metrics.writer"
+T0 = datetime(2024, 5, 1, 12, 0, 0, 123456, tzinfo=UTC)
+# So long that the writer only tries when a test calls flush(): attempts happen at known points.
+MANUAL = 3600.0
+
+
+def checkpoint(batch_id: int, **changes: object) -> CheckpointRow:
+    values: dict[str, object] = {
+        "job_name": "orders",
+        "run_id": "run-1",
+        "batch_id": batch_id,
+        "committed_at": T0 + timedelta(seconds=batch_id),
+        "is_backlog": batch_id < 3,
+        "effective_interval_ms": None if batch_id < 3 else 30_000,
+        "num_input_rows": 1_000_000 + batch_id,
+        "batch_duration_ms": 200 + batch_id,
+        "watermark": None if batch_id == 0 else T0 - timedelta(minutes=10, seconds=-batch_id),
+        "sources": json.dumps([{"name": "history", "is_backlog": batch_id < 3}]),
+        "observed_metrics": None if batch_id % 2 else json.dumps({"late_rows": batch_id}),
+    }
+    values.update(changes)
+    return CheckpointRow(**values)  # type: ignore[arg-type]
+
+
+def transition(second: int, is_backlog: bool, reason: str = "history is behind") -> TransitionRow:
+    return TransitionRow("orders", "run-1", T0 + timedelta(seconds=second), is_backlog, reason)
+
+
+def stored_checkpoints(url: str) -> list[CheckpointRow]:
+    rows = _select(url, backlog_checkpoints)
+    return [
+        CheckpointRow(
+            **{
+                **row,
+                "committed_at": as_utc(row["committed_at"]),
+                "watermark": as_utc(row["watermark"]),
+            }
+        )
+        for row in rows
+    ]
+
+
+def stored_transitions(url: str) -> list[TransitionRow]:
+    return [
+        TransitionRow(**{**row, "at": as_utc(row["at"])})
+        for row in _select(url, backlog_transitions)
+    ]
+
+
+def _select(url: str, table: sqlalchemy.Table) -> list[dict[str, object]]:
+    engine = make_engine(url)
+    try:
+        with engine.connect() as connection:
+            result = connection.execute(sqlalchemy.select(table).order_by(table.c.id))
+            rows = [dict(row) for row in result.mappings()]
+    finally:
+        engine.dispose()
+    for row in rows:
+        del row["id"]
+    return rows
+
+
+def messages(caplog: pytest.LogCaptureFixture, level: int) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == LOGGER and r.levelno == level]
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+@pytest.fixture
+def open_writer() -> Iterator[Callable[..., MetricsWriter]]:
+    writers: list[MetricsWriter] = []
+
+    def open_(url: str, **options: object) -> MetricsWriter:
+        writer = MetricsWriter(url, **options)  # type: ignore[arg-type]
+        writers.append(writer)
+        return writer
+
+    yield open_
+    for writer in writers:
+        writer.close(timeout_s=0.2)
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'db' / 'metrics.db'}"
+
+
+def test_rows_are_written_with_exact_values(backend, open_writer):
+    writer = open_writer(backend.url, flush_interval_s=0.05)
+    checkpoints = [checkpoint(0), checkpoint(1), checkpoint(5)]
+    transitions = [transition(0, True, "history is 2 h behind"), transition(9, False, "caught up")]
+    writer.record_transition(transitions[0])
+    writer.record_checkpoint(checkpoints[0])
+    writer.record_checkpoint(checkpoints[1])
+    writer.record_checkpoint(checkpoints[2])
+    writer.record_transition(transitions[1])
+
+    assert writer.flush(timeout_s=10) is True
+    assert writer.pending == 0
+    assert writer.healthy is True
+    assert stored_checkpoints(backend.url) == checkpoints
+    assert stored_transitions(backend.url) == transitions
+    first = stored_checkpoints(backend.url)[0]
+    assert first.committed_at == datetime(2024, 5, 1, 12, 0, 0, 123456, tzinfo=UTC)
+    assert first.effective_interval_ms is None
+    assert first.watermark is None
+    assert first.observed_metrics == '{"late_rows": 0}'
+
+
+def test_rows_are_written_in_the_background_without_flush(backend, open_writer):
+    writer = open_writer(backend.url, flush_interval_s=0.05)
+    writer.record_checkpoint(checkpoint(3))
+    assert wait_until(lambda: writer.pending == 0)
+    assert stored_checkpoints(backend.url) == [checkpoint(3)]
+
+
+def test_sqlite_is_in_wal_mode_so_a_reader_does_not_block_the_writer(
+    tmp_path, sqlite_url, open_writer
+):
+    writer = open_writer(sqlite_url, flush_interval_s=0.05)
+    writer.record_checkpoint(checkpoint(0))
+    assert writer.flush(timeout_s=10) is True
+
+    reader = sqlite3.connect(tmp_path / "db" / "metrics.db", isolation_level=None, timeout=5)
+    try:
+        assert reader.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+        reader.execute("BEGIN")
+        count = "SELECT count(*) FROM backlog_checkpoints"
+        assert reader.execute(count).fetchone() == (1,)
+        # With a rollback journal this commit would wait for the reader's transaction.
+        writer.record_checkpoint(checkpoint(1))
+        assert writer.flush(timeout_s=3) is True
+        assert reader.execute(count).fetchone() == (1,)
+        reader.execute("COMMIT")
+        assert reader.execute(count).fetchone() == (2,)
+    finally:
+        reader.close()
+
+
+def test_duplicate_rows_are_ignored(backend, open_writer):
+    writer = open_writer(backend.url, flush_interval_s=0.05)
+    writer.record_checkpoint(checkpoint(7))
+    writer.record_checkpoint(checkpoint(7, num_input_rows=1))
+    writer.record_transition(transition(1, True))
+    writer.record_transition(transition(1, True, reason="said twice"))
+    assert writer.flush(timeout_s=10) is True
+
+    retry = open_writer(backend.url, flush_interval_s=0.05)
+    retry.record_checkpoint(checkpoint(7, batch_duration_ms=1))
+    retry.record_checkpoint(checkpoint(7, run_id="run-2"))
+    retry.record_checkpoint(checkpoint(8))
+    retry.record_transition(transition(1, True))
+    retry.record_transition(transition(1, False))
+    assert retry.flush(timeout_s=10) is True
+
+    assert stored_checkpoints(backend.url) == [
+        checkpoint(7),
+        checkpoint(7, run_id="run-2"),
+        checkpoint(8),
+    ]
+    assert stored_transitions(backend.url) == [transition(1, True), transition(1, False)]
+
+
+def test_rows_wait_while_the_database_is_away_and_arrive_once_in_order(
+    backend, open_writer, caplog
+):
+    caplog.set_level(logging.DEBUG, logger=LOGGER)
+    writer = open_writer(backend.url, flush_interval_s=MANUAL, max_backoff_s=MANUAL)
+    writer.record_checkpoint(checkpoint(0))
+    assert writer.flush(timeout_s=10) is True
+
+    backend.go_away()
+    started = time.perf_counter()
+    for batch_id in range(1, 6):
+        writer.record_checkpoint(checkpoint(batch_id))
+        if batch_id == 2:
+            writer.record_transition(transition(3, False, "caught up"))
+    assert time.perf_counter() - started < 0.05
+
+    assert writer.flush(timeout_s=0.3) is False
+    assert writer.pending == 6
+    assert writer.healthy is False
+    warnings = messages(caplog, logging.WARNING)
+    assert len(warnings) == 1
+    assert warnings[0].startswith("cannot write metrics to ")
+    assert backend.shown_url in warnings[0]
+    assert "(6 rows waiting, will retry): " in warnings[0]
+    if backend.name == "sqlite":
+        assert warnings[0].endswith("OperationalError: unable to open database file")
+    else:
+        assert "OperationalError: " in warnings[0]
+    assert "s3cret" not in caplog.text
+
+    # Further failed attempts do not repeat the warning.
+    assert writer.flush(timeout_s=0.1) is False
+    assert writer.flush(timeout_s=0.1) is False
+    assert len(messages(caplog, logging.WARNING)) == 1
+    assert len(messages(caplog, logging.DEBUG)) == 2
+    assert messages(caplog, logging.INFO) == []
+    assert writer.pending == 6
+
+    backend.come_back()
+    assert writer.flush(timeout_s=10) is True
+    assert writer.pending == 0
+    assert writer.healthy is True
+    infos = messages(caplog, logging.INFO)
+    assert len(infos) == 1
+    assert infos[0].startswith("metrics database ")
+    assert backend.shown_url in infos[0]
+    assert " is reachable again after " in infos[0]
+    assert infos[0].endswith("; wrote 6 rows")
+    assert stored_checkpoints(backend.url) == [checkpoint(b) for b in range(6)]
+    assert stored_transitions(backend.url) == [transition(3, False, "caught up")]
+
+
+def test_the_writer_retries_on_its_own_until_the_database_is_back(backend, open_writer, caplog):
+    caplog.set_level(logging.DEBUG, logger=LOGGER)
+    writer = open_writer(backend.url, flush_interval_s=0.05, max_backoff_s=0.2)
+    writer.record_checkpoint(checkpoint(0))
+    assert wait_until(lambda: writer.pending == 0)
+
+    backend.go_away()
+    writer.record_checkpoint(checkpoint(1))
+    assert wait_until(lambda: not writer.healthy)
+    time.sleep(0.6)
+    retries = len(messages(caplog, logging.DEBUG))
+    # 0.05 s, then 0.1 s, then every 0.2 s: about four retries in 0.6 s, not dozens.
+    assert 2 <= retries <= 8
+    assert len(messages(caplog, logging.WARNING)) == 1
+    assert writer.pending == 1
+
+    backend.come_back()
+    assert wait_until(lambda: writer.pending == 0)
+    assert writer.healthy is True
+    assert stored_checkpoints(backend.url) == [checkpoint(0), checkpoint(1)]
+    assert len(messages(caplog, logging.INFO)) == 1
+
+
+def test_retry_delay_doubles_from_the_flush_interval_up_to_the_cap():
+    assert [retry_delay(n, 0.5, 10.0) for n in range(8)] == [
+        0.5,
+        0.5,
+        1.0,
+        2.0,
+        4.0,
+        8.0,
+        10.0,
+        10.0,
+    ]
+    assert retry_delay(100_000, 0.5, 10.0) == 10.0
+
+
+def test_the_warning_is_repeated_at_most_every_30_seconds(
+    tmp_path, sqlite_url, open_writer, caplog, monkeypatch
+):
+    assert writer_module.WARN_EVERY_S == 30.0
+    caplog.set_level(logging.DEBUG, logger=LOGGER)
+    writer = open_writer(sqlite_url, flush_interval_s=MANUAL, max_backoff_s=MANUAL)
+    writer.record_checkpoint(checkpoint(0))
+    assert writer.flush(timeout_s=10) is True
+    (tmp_path / "db").rename(tmp_path / "away")
+    writer.record_checkpoint(checkpoint(1))
+    for _ in range(3):
+        assert writer.flush(timeout_s=0.1) is False
+    assert len(messages(caplog, logging.WARNING)) == 1
+
+    monkeypatch.setattr(writer_module, "WARN_EVERY_S", 0.0)
+    for _ in range(2):
+        assert writer.flush(timeout_s=0.1) is False
+    warnings = messages(caplog, logging.WARNING)
+    assert len(warnings) == 3
+    assert warnings[1].startswith(f"still cannot write metrics to {sqlite_url} after ")
+    assert (
+        "(1 row waiting, retrying): OperationalError: unable to open database file" in (warnings[2])
+    )
+
+
+def test_close_spills_unwritten_rows_and_the_next_writer_delivers_them(
+    backend, open_writer, tmp_path, caplog
+):
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    spill = tmp_path / "spill" / "metrics.jsonl"
+    first = open_writer(backend.url, spill_path=spill, flush_interval_s=MANUAL)
+    first.record_checkpoint(checkpoint(0))
+    assert first.flush(timeout_s=10) is True
+
+    backend.go_away()
+    first.record_checkpoint(checkpoint(1))
+    first.record_transition(transition(2, False, "caught up"))
+    first.record_checkpoint(checkpoint(2))
+    started = time.monotonic()
+    first.close(timeout_s=0.5)
+    assert time.monotonic() - started < 2.0
+
+    lines = spill.read_text(encoding="utf-8").splitlines()
+    assert [json.loads(line) for line in lines] == [
+        {
+            "table": "backlog_checkpoints",
+            "row": {
+                "job_name": "orders",
+                "run_id": "run-1",
+                "batch_id": 1,
+                "committed_at": "2024-05-01T12:00:01.123456+00:00",
+                "is_backlog": True,
+                "effective_interval_ms": None,
+                "num_input_rows": 1_000_001,
+                "batch_duration_ms": 201,
+                "watermark": "2024-05-01T11:50:01.123456+00:00",
+                "sources": '[{"name": "history", "is_backlog": true}]',
+                "observed_metrics": None,
+            },
+        },
+        {
+            "table": "backlog_transitions",
+            "row": {
+                "job_name": "orders",
+                "run_id": "run-1",
+                "at": "2024-05-01T12:00:02.123456+00:00",
+                "is_backlog": False,
+                "reason": "caught up",
+            },
+        },
+        {
+            "table": "backlog_checkpoints",
+            "row": {
+                "job_name": "orders",
+                "run_id": "run-1",
+                "batch_id": 2,
+                "committed_at": "2024-05-01T12:00:02.123456+00:00",
+                "is_backlog": True,
+                "effective_interval_ms": None,
+                "num_input_rows": 1_000_002,
+                "batch_duration_ms": 202,
+                "watermark": "2024-05-01T11:50:02.123456+00:00",
+                "sources": '[{"name": "history", "is_backlog": true}]',
+                "observed_metrics": '{"late_rows": 2}',
+            },
+        },
+    ]
+    errors = messages(caplog, logging.ERROR)
+    assert len(errors) == 1
+    assert errors[0].startswith("3 rows of metrics could not be written to ")
+    assert backend.shown_url in errors[0]
+    assert f"; spilled to {spill}," in errors[0]
+
+    # A restart while the database is still away keeps the file and adds only the new rows.
+    second = open_writer(backend.url, spill_path=spill, flush_interval_s=MANUAL)
+    assert second.pending == 3
+    second.record_checkpoint(checkpoint(3))
+    assert second.flush(timeout_s=0.2) is False
+    second.close(timeout_s=0.2)
+    lines = spill.read_text(encoding="utf-8").splitlines()
+    assert [json.loads(line)["row"].get("batch_id") for line in lines] == [1, None, 2, 3]
+
+    backend.come_back()
+    third = open_writer(backend.url, spill_path=spill, flush_interval_s=MANUAL)
+    assert third.pending == 4
+    third.record_checkpoint(checkpoint(4))
+    assert third.flush(timeout_s=10) is True
+    assert wait_until(lambda: not spill.exists())
+    assert third.pending == 0
+    assert stored_checkpoints(backend.url) == [checkpoint(b) for b in range(5)]
+    assert stored_transitions(backend.url) == [transition(2, False, "caught up")]
+    third.close()
+    assert not spill.exists()
+    assert len(messages(caplog, logging.ERROR)) == 2
+
+
+def test_close_without_a_spill_path_reports_the_lost_rows(
+    tmp_path, sqlite_url, open_writer, caplog
+):
+    writer = open_writer(sqlite_url, flush_interval_s=MANUAL)
+    writer.record_checkpoint(checkpoint(0))
+    assert writer.flush(timeout_s=10) is True
+    (tmp_path / "db").rename(tmp_path / "away")
+    writer.record_checkpoint(checkpoint(1))
+    writer.record_checkpoint(checkpoint(2))
+    writer.close(timeout_s=0.2)
+    assert messages(caplog, logging.ERROR) == [
+        f"2 rows of metrics could not be written to {sqlite_url} and are lost (no spill file set)"
+    ]
+
+
+def test_rows_recorded_after_close_go_to_the_spill_file(tmp_path, sqlite_url, open_writer):
+    spill = tmp_path / "spill.jsonl"
+    writer = open_writer(sqlite_url, spill_path=spill, flush_interval_s=0.05)
+    writer.close(timeout_s=2)
+    assert not spill.exists()
+    writer.record_checkpoint(checkpoint(9))
+    assert [json.loads(line)["row"]["batch_id"] for line in spill.read_text().splitlines()] == [9]
+
+    again = open_writer(sqlite_url, spill_path=spill, flush_interval_s=0.05)
+    assert again.flush(timeout_s=10) is True
+    assert stored_checkpoints(sqlite_url) == [checkpoint(9)]
+
+
+def test_record_never_raises_and_invalid_rows_do_not_block_valid_ones(
+    sqlite_url, open_writer, caplog
+):
+    writer = open_writer(sqlite_url, flush_interval_s=0.05)
+    writer.record_checkpoint("not a row")  # type: ignore[arg-type]
+    writer.record_transition(checkpoint(0))  # type: ignore[arg-type]
+    writer.record_checkpoint(checkpoint(1, job_name="j" * 201))
+    writer.record_checkpoint(checkpoint(2, num_input_rows=2**63))
+    writer.record_checkpoint(checkpoint(3, sources=None))
+    writer.record_transition(transition(4, True, reason="r" * 600))
+    writer.record_checkpoint(checkpoint(5))
+    assert writer.flush(timeout_s=10) is True
+
+    assert stored_checkpoints(sqlite_url) == [checkpoint(5)]
+    assert stored_transitions(sqlite_url) == [transition(4, True, reason="r" * 497 + "...")]
+    errors = messages(caplog, logging.ERROR)
+    assert [e.split(":")[0] for e in errors] == [
+        "metrics row dropped",
+        "metrics row dropped",
+        "metrics row dropped (job_name is longer than 200 characters)",
+        f"metrics row dropped (num_input_rows = {2**63} is not a 64-bit integer)",
+        "metrics row dropped (sources is None)",
+    ]
+
+
+def test_unreadable_spill_lines_are_kept_aside(tmp_path, sqlite_url, open_writer, caplog):
+    spill = tmp_path / "spill.jsonl"
+    good = json.dumps(
+        {
+            "table": "backlog_transitions",
+            "row": {
+                "job_name": "orders",
+                "run_id": "run-1",
+                "at": "2024-05-01T14:00:00+02:00",
+                "is_backlog": True,
+                "reason": "spilled",
+            },
+        }
+    )
+    torn = '{"table": "backlog_checkpoints", "row": {"job_na'
+    spill.write_text(f"{good}\n{torn}\n", encoding="utf-8")
+
+    writer = open_writer(sqlite_url, spill_path=spill, flush_interval_s=0.05)
+    assert writer.pending == 1
+    assert writer.flush(timeout_s=10) is True
+    assert wait_until(lambda: not spill.exists())
+    assert stored_transitions(sqlite_url) == [
+        TransitionRow("orders", "run-1", datetime(2024, 5, 1, 12, 0, tzinfo=UTC), True, "spilled")
+    ]
+    assert (tmp_path / "spill.jsonl.rejected").read_text(encoding="utf-8") == torn + "\n"
+    assert any(f"{spill} line 2 is unreadable" in m for m in messages(caplog, logging.ERROR))
