@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from spark_jobs.backlog.decider import Decision
 
@@ -17,10 +18,14 @@ from spark_jobs.backlog.decider import Decision
 class TriggerPlan:
     """A published decision. ``seq`` grows with every publication.
 
-    A plan that is not ``standing`` releases one batch; the next needs a newer plan, so a
-    source never runs ahead of a coordinator that has not yet seen the last commit. If no
-    newer plan arrives within ``stale_after_s`` of a release (the coordinator is gone),
-    batches continue at that cadence rather than stopping the job.
+    A plan decided after a commit is bound to the batch it follows: ``starts`` holds each
+    source's end offset of that batch, and a source releases the next batch only from
+    exactly there. A source that has moved on since (a batch the coordinator has not seen
+    yet) waits for the next plan, so batches never run ahead of the decisions. A
+    ``standing`` plan (backlog, back to back) releases from any offset still in backlog.
+    A plan with no ``starts`` (the first one) releases one batch per source. If no newer
+    plan comes within ``stale_after_s`` of a release (the coordinator is gone), batches
+    continue at that cadence rather than stopping the job.
     """
 
     seq: int
@@ -29,9 +34,16 @@ class TriggerPlan:
     standing: bool
     is_backlog: bool
     stale_after_s: float
+    starts: dict[str, Any] | None = None
 
     @classmethod
-    def from_decision(cls, seq: int, decision: Decision, stale_after_s: float) -> TriggerPlan:
+    def from_decision(
+        cls,
+        seq: int,
+        decision: Decision,
+        stale_after_s: float,
+        starts: dict[str, Any] | None = None,
+    ) -> TriggerPlan:
         return cls(
             seq=seq,
             due_at=decision.due_at,
@@ -39,15 +51,27 @@ class TriggerPlan:
             standing=decision.standing,
             is_backlog=decision.is_backlog,
             stale_after_s=stale_after_s,
+            starts=starts,
         )
 
-    def releases(self, now: float, last_seq: int | None, last_release_at: float | None) -> bool:
-        """Whether a source that last released under ``last_seq`` may start a batch now."""
+    def releases(
+        self,
+        now: float,
+        start: dict[str, Any],
+        last_seq: int | None,
+        last_release_at: float | None,
+    ) -> bool:
+        """Whether a source at offset ``start``, last released under ``last_seq``, may go now."""
         if now < self.due_at:
             return False
-        if self.standing or last_seq != self.seq or last_release_at is None:
+        if self.standing and start.get("backlog"):
             return True
-        return now - last_release_at >= self.stale_after_s
+        expected = (self.starts or {}).get(str(start.get("source")))
+        if expected is None and (last_seq != self.seq or last_release_at is None):
+            return True
+        if expected is not None and expected == start:
+            return True
+        return last_release_at is not None and now - last_release_at >= self.stale_after_s
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)

@@ -15,7 +15,8 @@ class SourceStatus:
     """What one source last said about itself.
 
     ``phase`` is the source's own word for where it is (a hybrid child's name, say);
-    ``lag`` holds whatever distance to the live end it knows (rows or files behind).
+    ``lag`` holds whatever distance to the live end it knows (rows or files behind);
+    ``rule`` names what decided the status (``hybrid-phase``, ``pending-files``...).
     """
 
     name: str
@@ -23,6 +24,7 @@ class SourceStatus:
     finished: bool = False
     phase: str | None = None
     lag: Mapping[str, float] = field(default_factory=dict)
+    rule: str | None = None
 
     @property
     def counts_as_backlog(self) -> bool:
@@ -35,6 +37,7 @@ class SourceStatus:
             "finished": self.finished,
             "phase": self.phase,
             "lag": dict(self.lag),
+            "rule": self.rule,
         }
 
 

@@ -61,8 +61,11 @@ def simulate(
     last_release: float | None = None
     backlog_left, consumed_live, in_backlog_child = backlog_rows, 0, backlog_rows > 0
     batches: list[SimBatch] = []
+    def offset() -> dict[str, object]:
+        return {"source": "sim", "backlog": in_backlog_child, "at": [backlog_left, consumed_live]}
+
     while clock.now - t0 < seconds:
-        if not plan.releases(clock.now, last_seq, last_release):
+        if not plan.releases(clock.now, offset(), last_seq, last_release):
             clock.advance(tick_s)
             continue
         handoff = in_backlog_child and backlog_left == 0
@@ -85,7 +88,7 @@ def simulate(
         batches.append(SimBatch(batch.batch_id, started, clock.now, rows, in_backlog_child))
         seq += 1
         decision = decider.on_batch_committed(batch, job_is_backlog=in_backlog_child)
-        plan = TriggerPlan.from_decision(seq, decision, stale_after_s=cfg.interval_s * 3)
+        plan = TriggerPlan.from_decision(seq, decision, cfg.interval_s * 3, {"sim": offset()})
     return batches
 
 

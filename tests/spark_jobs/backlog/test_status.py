@@ -37,11 +37,14 @@ def test_a_finished_bounded_source_no_longer_counts():
 
 
 def test_json_form_carries_name_status_and_lag():
-    status = SourceStatus("hybrid", is_backlog=True, phase="history", lag={"rows_behind": 12})
+    status = SourceStatus(
+        "hybrid", is_backlog=True, phase="history", lag={"files_behind": 12}, rule="hybrid-phase"
+    )
     assert status.as_json() == {
         "name": "hybrid",
         "is_backlog": True,
         "finished": False,
         "phase": "history",
-        "lag": {"rows_behind": 12},
+        "lag": {"files_behind": 12},
+        "rule": "hybrid-phase",
     }

@@ -1,0 +1,1 @@
+"""The driver side: listens to the query, decides, applies decisions and records them."""

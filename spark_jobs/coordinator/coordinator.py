@@ -1,0 +1,155 @@
+"""The in-process coordinator: statuses in, decisions out, every checkpoint recorded."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+from typing import Protocol
+
+from spark_jobs.backlog.config import BacklogConfig, checkpoint_interval
+from spark_jobs.backlog.decider import CheckpointDecider, CommittedBatch, Decision
+from spark_jobs.backlog.graph import OperatorGraph
+from spark_jobs.backlog.status import BacklogModel, SourceStatus
+from spark_jobs.coordinator.progress import BatchProgress
+from spark_jobs.metrics.schema import CheckpointRow, TransitionRow
+
+logger = logging.getLogger(__name__)
+
+
+class DecisionApplier(Protocol):
+    """Makes the query follow a decision: by gating its sources or by restarting it."""
+
+    def apply(self, decision: Decision, progress: BatchProgress | None = None) -> None: ...
+
+
+class StatusProbe(Protocol):
+    """A backlog signal for a source whose progress carries none (Spark's file source)."""
+
+    def status(self, progress: BatchProgress | None = None) -> SourceStatus: ...
+
+
+class Recorder(Protocol):
+    def record_checkpoint(self, row: CheckpointRow) -> None: ...
+
+    def record_transition(self, row: TransitionRow) -> None: ...
+
+
+class BacklogCoordinator:
+    """Aggregates the sources' statuses, asks the decider, applies the answer and records it.
+
+    Called from the query listener after every committed micro-batch; owns no thread.
+    """
+
+    def __init__(
+        self,
+        config: BacklogConfig,
+        applier: DecisionApplier,
+        recorder: Recorder,
+        *,
+        clock: Callable[[], float] = time.time,
+        probes: Iterable[StatusProbe] = (),
+        graph: OperatorGraph | None = None,
+    ):
+        self.config = config
+        self._applier = applier
+        self._recorder = recorder
+        self._probes = list(probes)
+        self._graph = graph
+        self.model = BacklogModel(graph.source_names() if graph else ())
+        self.decider = CheckpointDecider(config, clock)
+        self._backlog_sources: set[str] | None = None
+        self.last_progress: BatchProgress | None = None
+
+    @property
+    def job_is_backlog(self) -> bool | None:
+        """The job status, or None before any source reported."""
+        return None if self._backlog_sources is None else bool(self._backlog_sources)
+
+    def start(self) -> Decision:
+        """Apply the first decision, informed by the probes when there are any."""
+        if self._probes:
+            self._observe(self._probe_statuses(None), datetime.now(UTC))
+            decision = self.decider.on_status(bool(self._backlog_sources))
+        else:
+            decision = self.decider.decision
+        self._applier.apply(decision)
+        return decision
+
+    def on_progress(self, progress: BatchProgress) -> Decision:
+        statuses = [s for s in (p.hybrid_status() for p in progress.sources) if s is not None]
+        self._observe([*statuses, *self._probe_statuses(progress)], progress.committed_at)
+        job_is_backlog = bool(self._backlog_sources)
+        batch = CommittedBatch(
+            batch_id=progress.batch_id,
+            started_at=progress.started_at.timestamp(),
+            committed_at=progress.committed_at.timestamp(),
+            num_rows=progress.num_input_rows,
+        )
+        decision = self.decider.on_batch_committed(batch, job_is_backlog)
+        self._applier.apply(decision, progress)
+        self._record_checkpoint(progress, job_is_backlog)
+        self.last_progress = progress
+        return decision
+
+    def _probe_statuses(self, progress: BatchProgress | None) -> list[SourceStatus]:
+        return [probe.status(progress) for probe in self._probes]
+
+    def _observe(self, statuses: list[SourceStatus], at: datetime) -> None:
+        for status in statuses:
+            self.model.report(status)
+        now_backlog = set(self.model.backlog_sources())
+        before = self._backlog_sources
+        self._backlog_sources = now_backlog
+        if before is None or bool(before) == bool(now_backlog):
+            return
+        reason = self._reason(before, now_backlog)
+        self._recorder.record_transition(
+            TransitionRow(
+                job_name=self.config.job_name,
+                run_id=self.config.run_id,
+                at=at,
+                is_backlog=bool(now_backlog),
+                reason=reason[:500],
+            )
+        )
+        operators = f"; operators: {self._graph.describe(self.model)}" if self._graph else ""
+        logger.info(
+            "job %s is now %s (%s)%s",
+            self.config.job_name,
+            "in backlog" if now_backlog else "live",
+            reason,
+            operators,
+        )
+
+    def _reason(self, before: set[str], now: set[str]) -> str:
+        """Which sources changed and by which rule: ``hybrid-phase: events entered landing``."""
+        changed = sorted(now - before) if now else sorted(before - now)
+        parts = []
+        for name in changed:
+            status = self.model.status(name)
+            what = "finished" if status.finished else f"entered {status.phase or 'a new phase'}"
+            parts.append(f"{status.rule or 'reported'}: {name} {what}")
+        return "; ".join(parts)
+
+    def _record_checkpoint(self, progress: BatchProgress, job_is_backlog: bool) -> None:
+        interval = checkpoint_interval(self.config, job_is_backlog)
+        self._recorder.record_checkpoint(
+            CheckpointRow(
+                job_name=self.config.job_name,
+                run_id=self.config.run_id,
+                batch_id=progress.batch_id,
+                committed_at=progress.committed_at,
+                is_backlog=job_is_backlog,
+                effective_interval_ms=None if interval is None else round(interval * 1000),
+                num_input_rows=progress.num_input_rows,
+                batch_duration_ms=progress.duration_ms,
+                watermark=progress.watermark,
+                sources=json.dumps([s.as_json() for s in self.model.sources()]),
+                observed_metrics=json.dumps(progress.observed_metrics)
+                if progress.observed_metrics
+                else None,
+            )
+        )

@@ -1,0 +1,219 @@
+"""Wiring a streaming query to its coordinator: the one object a backlog-aware job needs.
+
+runtime = BacklogRuntime(spark)                    # reads and validates spark.backlog.*
+events = (spark.readStream.format("hybrid").schema(schema)
+          .options(**runtime.source_options()).option("sources", ...).load())
+query = runtime.start_gated(result.writeStream.format("parquet")...)
+runtime.await_termination()
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
+
+from spark_jobs.backlog.config import BacklogConfig
+from spark_jobs.backlog.graph import OperatorGraph
+from spark_jobs.coordinator.appliers import (
+    RecordOnlyApplier,
+    RestartApplier,
+    SourceGatedApplier,
+    TriggerSettings,
+)
+from spark_jobs.coordinator.coordinator import BacklogCoordinator, DecisionApplier
+from spark_jobs.coordinator.file_source_probe import FileSourceProbe
+from spark_jobs.coordinator.listener import ProgressListener
+from spark_jobs.metrics.writer import MetricsWriter
+from spark_jobs.sources.gate import PlanChannel
+from spark_jobs.sources.hybrid import HybridDataSource
+
+logger = logging.getLogger(__name__)
+
+NO_DATA_BATCHES = "spark.sql.streaming.noDataMicroBatches.enabled"
+
+
+def trigger_tick_s(config: BacklogConfig) -> float:
+    """How often Spark asks gated sources whether a batch is due: fine enough for the cadence."""
+    return min(max(config.interval_s / 20, 0.05), 0.5)
+
+
+def stop_gracefully(query: StreamingQuery, timeout_s: float = 120.0) -> None:
+    """Stop between batches, right after a commit, rather than interrupting one."""
+    deadline = time.monotonic() + timeout_s
+    while query.isActive and query.status["isTriggerActive"] and time.monotonic() < deadline:
+        time.sleep(0.02)
+    query.stop()
+
+
+class BacklogRuntime:
+    """Reads the configuration, registers the sources, and runs one query under a coordinator."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        config: BacklogConfig | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+    ):
+        self.spark = spark
+        conf = dict(spark.sparkContext.getConf().getAll())
+        self.config = config or BacklogConfig.from_spark_conf(conf, conf.get("spark.app.name"))
+        self._clock = clock
+        spark.dataSource.register(HybridDataSource)
+        job = self.config.job_name
+        spill = Path(tempfile.gettempdir(), "backlog-metrics-spill", f"{job}.jsonl")
+        self.recorder = MetricsWriter(self.config.metrics_url, spill_path=spill)
+        self._channel_dir = Path(tempfile.mkdtemp(prefix=f"backlog-{self.config.job_name}-"))
+        self._explicit_no_data_batches = NO_DATA_BATCHES in conf
+        self.coordinator: BacklogCoordinator | None = None
+        self.query: StreamingQuery | None = None
+        self._listener: ProgressListener | None = None
+        self._stop = threading.Event()
+        self.failure: str | None = None
+        logger.info("backlog-aware checkpointing: %s", self.config.describe())
+
+    # --- starting --------------------------------------------------------------------------
+
+    def source_options(self) -> dict[str, str]:
+        """Options that put a hybrid source under this runtime's coordinator."""
+        return {"backlogChannel": str(self._channel_dir)}
+
+    def start_gated(
+        self, writer: DataStreamWriter, graph: OperatorGraph | None = None
+    ) -> StreamingQuery:
+        """Start a query whose hybrid sources follow the coordinator, without restarts."""
+        applier = SourceGatedApplier(PlanChannel(self._channel_dir), self.config)
+        self._coordinate(applier, graph=graph).start()
+        tick_ms = round(trigger_tick_s(self.config) * 1000)
+        return self._start(writer.trigger(processingTime=f"{tick_ms} milliseconds"))
+
+    def start_static(self, writer: DataStreamWriter, trigger_s: float) -> StreamingQuery:
+        """Start with a fixed trigger the coordinator only records: the hand-set baseline."""
+        self._coordinate(RecordOnlyApplier()).start()
+        return self._start(writer.trigger(processingTime=f"{round(trigger_s * 1000)} milliseconds"))
+
+    def run_restart_based(
+        self,
+        build: Callable[[TriggerSettings], DataStreamWriter],
+        probe: FileSourceProbe,
+        *,
+        stop_when_idle_s: float | None = None,
+        timeout_s: float | None = None,
+    ) -> None:
+        """Run a query on Spark's own sources, restarting it when the decision changes.
+
+        ``build`` gets the trigger settings (use ``settings.source_options`` on the reader);
+        the runtime sets the trigger and the query name and starts it.
+        """
+        applier = RestartApplier(self.config, probe.rows_per_file)
+        self._coordinate(applier, probes=[probe]).start()
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while not self._stop.is_set():
+            settings = applier.take_restart()
+            if settings is not None:
+                if self.query is not None:
+                    stop_gracefully(self.query)
+                logger.info("starting query with %s", settings)
+                self._start(build(settings).trigger(**settings.trigger))
+            if self._wait_step(stop_when_idle_s, deadline):
+                break
+
+    def _coordinate(
+        self,
+        applier: DecisionApplier,
+        *,
+        probes: list[FileSourceProbe] | None = None,
+        graph: OperatorGraph | None = None,
+    ) -> BacklogCoordinator:
+        if self.coordinator is not None:
+            raise RuntimeError("a BacklogRuntime runs one query; create another for a second")
+        self._no_data_batches_off()
+        self.coordinator = BacklogCoordinator(
+            self.config, applier, self.recorder, clock=self._clock, probes=probes or (), graph=graph
+        )
+        self._listener = ProgressListener(
+            self.config.job_name, self.coordinator.on_progress, self._on_terminated
+        )
+        self.spark.streams.addListener(self._listener)
+        return self.coordinator
+
+    def _no_data_batches_off(self) -> None:
+        """Every no-data batch would be one more checkpoint between the decided ones."""
+        if self._explicit_no_data_batches:
+            if self.spark.conf.get(NO_DATA_BATCHES) == "true":
+                logger.warning(
+                    "%s=true: Spark adds a checkpoint after data batches to advance watermarks",
+                    NO_DATA_BATCHES,
+                )
+            return
+        self.spark.conf.set(NO_DATA_BATCHES, "false")
+
+    def _start(self, writer: DataStreamWriter) -> StreamingQuery:
+        self.query = writer.queryName(self.config.job_name).start()
+        return self.query
+
+    def _on_terminated(self, exception: str | None) -> None:
+        if exception:
+            self.failure = exception
+        self.recorder.flush(timeout_s=5)
+
+    # --- running and stopping --------------------------------------------------------------
+
+    def await_termination(
+        self, *, stop_when_idle_s: float | None = None, timeout_s: float | None = None
+    ) -> None:
+        """Block until the query ends, or stop it gracefully once live and idle, or at timeout.
+
+        Raises the query's exception if it failed.
+        """
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while not self._wait_step(stop_when_idle_s, deadline):
+            pass
+
+    def _wait_step(self, stop_when_idle_s: float | None, deadline: float | None) -> bool:
+        """One short wait; True when the run is over."""
+        query = self.query
+        if query is None:
+            time.sleep(0.1)
+            return self._stop.is_set()
+        if query.awaitTermination(0.25):
+            if query.exception() is not None:
+                raise query.exception()  # type: ignore[misc]
+            return True
+        if self._stop.is_set() or (deadline is not None and time.monotonic() >= deadline):
+            stop_gracefully(query)
+            return True
+        if stop_when_idle_s is not None and self._idle_for(stop_when_idle_s):
+            logger.info("live and idle for %.0f s: stopping after a commit", stop_when_idle_s)
+            stop_gracefully(query)
+            return True
+        return False
+
+    def _idle_for(self, seconds: float) -> bool:
+        coordinator = self.coordinator
+        if coordinator is None or coordinator.job_is_backlog is not False:
+            return False
+        last = coordinator.last_progress
+        return last is not None and self._clock() - last.committed_at.timestamp() >= seconds
+
+    def stop(self) -> None:
+        """Ask the run to end after the current batch commits."""
+        self._stop.set()
+
+    def close(self) -> None:
+        """Stop listening, deliver the remaining metrics, remove the channel."""
+        if self.query is not None and self.query.isActive:
+            stop_gracefully(self.query)
+        if self._listener is not None:
+            self.spark.streams.removeListener(self._listener)
+            self._listener = None
+        self.recorder.close()
+        shutil.rmtree(self._channel_dir, ignore_errors=True)

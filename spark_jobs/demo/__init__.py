@@ -1,0 +1,1 @@
+"""The demo and the benchmark: synthetic events, a live producer, summaries and charts."""

@@ -1,0 +1,135 @@
+"""Synthetic events: a historical backlog in parquet files and a live producer of landing files.
+
+Events carry a unique ``event_id``; live events are stamped with the time they are
+produced, so ``commit time - event_time`` is their freshness.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+EVENT_ARROW_SCHEMA = pa.schema(
+    [
+        ("event_id", pa.int64()),
+        ("account", pa.string()),
+        ("amount", pa.float64()),
+        ("event_time", pa.timestamp("us", tz="UTC")),
+    ]
+)
+ACCOUNTS = 50
+
+
+def _account(event_id: int) -> str:
+    return f"acct-{(event_id * 7919) % ACCOUNTS:03d}"
+
+
+def _amount(event_id: int) -> float:
+    return round(((event_id * 104729) % 10_000) / 100, 2)
+
+
+def write_history(
+    directory: Path,
+    events: int,
+    files: int,
+    start: datetime,
+    end: datetime,
+    progress: Callable[[int, int], None] | None = None,
+) -> int:
+    """Write ``events`` events over ``files`` parquet files, in event-time order; returns the
+    first free event id."""
+    directory.mkdir(parents=True, exist_ok=True)
+    span_us = int((end - start).total_seconds() * 1_000_000)
+    start_us = int(start.timestamp() * 1_000_000)
+    per_file = -(-events // files)
+    for index in range(files):
+        first, last = index * per_file, min((index + 1) * per_file, events)
+        ids = range(first, last)
+        table = pa.table(
+            {
+                "event_id": pa.array(ids, pa.int64()),
+                "account": pa.array([_account(i) for i in ids]),
+                "amount": pa.array([_amount(i) for i in ids], pa.float64()),
+                "event_time": pa.array(
+                    [start_us + span_us * i // events for i in ids], pa.timestamp("us", tz="UTC")
+                ),
+            },
+            schema=EVENT_ARROW_SCHEMA,
+        )
+        pq.write_table(table, directory / f"history-{index:05d}.parquet")
+        if progress:
+            progress(index + 1, files)
+    return events
+
+
+def write_landing_file(directory: Path, name: str, first_id: int, count: int, at: datetime) -> None:
+    """One JSON-lines file, written under a hidden name and moved in, so readers see it whole."""
+    lines = [
+        json.dumps(
+            {
+                "event_id": event_id,
+                "account": _account(event_id),
+                "amount": _amount(event_id),
+                "event_time": at.isoformat().replace("+00:00", "Z"),
+            }
+        )
+        for event_id in range(first_id, first_id + count)
+    ]
+    temporary = directory / f".{name}.tmp"
+    temporary.write_text("\n".join(lines) + "\n")
+    os.replace(temporary, directory / name)
+
+
+@dataclass
+class ProducerStats:
+    files: int = 0
+    events: int = 0
+
+
+class LiveProducer(threading.Thread):
+    """Writes ``events_per_s`` live events as a landing file every ``file_every_s`` seconds."""
+
+    def __init__(self, directory: Path, first_id: int, events_per_s: int, file_every_s: float):
+        super().__init__(name="live-producer", daemon=True)
+        directory.mkdir(parents=True, exist_ok=True)
+        self.directory = directory
+        self.next_id = first_id
+        self.per_file = max(1, round(events_per_s * file_every_s))
+        self.file_every_s = file_every_s
+        self.stats = ProducerStats()
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        next_at = time.monotonic()
+        while not self._stop_event.is_set():
+            now = datetime.now(UTC)
+            write_landing_file(
+                self.directory,
+                f"live-{self.stats.files:06d}.json",
+                self.next_id,
+                self.per_file,
+                now,
+            )
+            self.next_id += self.per_file
+            self.stats.files += 1
+            self.stats.events += self.per_file
+            next_at += self.file_every_s
+            self._stop_event.wait(max(0.0, next_at - time.monotonic()))
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join()
+
+
+def history_range(now: datetime, hours: float = 2.0) -> tuple[datetime, datetime]:
+    """A backlog that ends well before the live events start."""
+    return now - timedelta(hours=hours), now - timedelta(minutes=10)

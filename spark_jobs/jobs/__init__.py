@@ -1,0 +1,1 @@
+"""Pipelines and their entry points (spark-submit files and console commands)."""

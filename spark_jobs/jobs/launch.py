@@ -1,0 +1,45 @@
+"""What every entry point does before Spark starts: Java check, Python for workers, logging."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+
+class JavaMissing(RuntimeError):
+    pass
+
+
+def require_java(minimum: int = 17) -> None:
+    """Fail with a clear message now instead of a Py4J gateway error later.
+
+    Under spark-submit the JVM is already running, so there is nothing to check.
+    """
+    if "PYSPARK_GATEWAY_PORT" in os.environ:
+        return
+    java_home = os.environ.get("JAVA_HOME")
+    java = os.path.join(java_home, "bin", "java") if java_home else shutil.which("java")
+    advice = "install one (Debian: apt-get install -y openjdk-17-jre-headless) and set JAVA_HOME"
+    if not java or not os.path.exists(java):
+        raise JavaMissing(f"Spark 4 needs Java {minimum} or newer, but no java was found; {advice}")
+    banner = subprocess.run([java, "-version"], capture_output=True, text=True).stderr
+    match = re.search(r'version "(\d+)', banner)
+    if not match or int(match.group(1)) < minimum:
+        found = match.group(1) if match else "unknown"
+        raise JavaMissing(f"Spark 4 needs Java {minimum} or newer, but {java} is {found}; {advice}")
+
+
+def prepare_driver_environment() -> None:
+    """Executors' Python workers must run the interpreter that has this project installed."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    logging.getLogger("py4j").setLevel(logging.WARNING)

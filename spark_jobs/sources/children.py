@@ -1,0 +1,97 @@
+"""The child-source interface of the hybrid source.
+
+A child plans offsets in Spark's planner process and hands executors self-contained
+partitions to read. Positions are plain JSON dicts, stored by Spark in its offset log, so
+replaying a batch from the same two positions reads exactly the same records.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import pyarrow as pa
+from pyspark.sql.datasource import InputPartition
+
+Position = dict[str, Any]
+
+
+class ChildSpecError(ValueError):
+    """A child source specification that cannot work; the message names the field and value."""
+
+
+@dataclass(frozen=True)
+class SourceContext:
+    """What every child of one hybrid source shares."""
+
+    schema: pa.Schema
+    state_location: str | None
+    rows_per_partition: int
+
+
+@dataclass(frozen=True)
+class Planned:
+    """How far the next batch may go, and what is known about the data left behind."""
+
+    end: Position
+    lag: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-batch bounds: rows from the read limit or the coordinator, files from the options."""
+
+    max_rows: int | None = None
+    max_files: int | None = None
+
+
+class ReadablePartition(InputPartition):
+    """A partition that knows how to read itself on an executor."""
+
+    def read(self, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+        raise NotImplementedError
+
+
+class ChildSource(ABC):
+    """One phase of a hybrid source (historical files, a landing directory, a topic)."""
+
+    kind: ClassVar[str]
+    #: A bounded child ends; only the last child of a hybrid source may be unbounded.
+    bounded: ClassVar[bool]
+
+    def __init__(self, name: str):
+        self.name = name
+
+    @classmethod
+    @abstractmethod
+    def from_spec(cls, spec: Mapping[str, Any], context: SourceContext) -> ChildSource:
+        """Build from the JSON spec the user wrote; raise ChildSpecError on bad values."""
+
+    @abstractmethod
+    def initial_position(self) -> Position: ...
+
+    @abstractmethod
+    def plan(self, start: Position, limits: Limits) -> Planned:
+        """The end of the next batch from ``start`` (``start`` itself when nothing is new)."""
+
+    @abstractmethod
+    def is_exhausted(self, position: Position) -> bool:
+        """True when a bounded child has nothing after ``position``."""
+
+    @abstractmethod
+    def partitions(self, start: Position, end: Position) -> list[ReadablePartition]: ...
+
+
+def spec_field(spec: Mapping[str, Any], key: str, kind: type, default: Any = None) -> Any:
+    """Read one field of a child spec, naming the child, field and value when it is wrong."""
+    value = spec.get(key, default)
+    if value is None:
+        raise ChildSpecError(f"child source {spec.get('name')!r}: field {key!r} is required")
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise ChildSpecError(
+            f"child source {spec.get('name')!r}: field {key!r} = {value!r} "
+            f"must be a {kind.__name__}"
+        )
+    return value

@@ -1,0 +1,224 @@
+"""``spark.readStream.format("hybrid")``: child sources read one after another.
+
+Like Flink's HybridSource with FLIP-309: while one of the first N-1 children runs, the
+source is in backlog; while the last runs, it is live. Each offset names the running
+child, its phase and whether it is in backlog, so every progress event shows the phase.
+
+Options (keys are case-insensitive):
+- ``sources``: JSON list of child specs, e.g.
+  ``[{"name": "history", "kind": "files", "path": "/data/history", "format": "parquet"},
+  {"name": "landing", "kind": "landing", "path": "/data/landing", "format": "json"}]``;
+  a spec may set ``"backlog": true|false`` to override the position rule.
+- ``name``: this source's name in statuses and metrics (default ``hybrid``).
+- ``stateLocation``: where the children keep their durable state; keep it with the
+  checkpoint (delete both or neither).
+- ``maxRowsPerTrigger`` or ``maxFilesPerTrigger``: a static per-batch limit, as for
+  Spark's own sources.
+- ``rowsPerPartition``: rows per Spark task (default 250000).
+- ``backlogChannel``: set by the backlog coordinator; gates batches by its decisions.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxFiles,
+    ReadMaxRows,
+)
+from pyspark.sql.types import StructType
+
+from spark_jobs.sources.children import (
+    ChildSource,
+    ChildSpecError,
+    Limits,
+    ReadablePartition,
+    SourceContext,
+    spec_field,
+)
+from spark_jobs.sources.files import FILE_CHILDREN
+from spark_jobs.sources.gate import PlanChannel, SourceGate
+
+CHILD_KINDS: dict[str, type[ChildSource]] = {**FILE_CHILDREN}
+DEFAULT_ROWS_PER_PARTITION = 250_000
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+
+
+class HybridOptionError(ValueError):
+    """Invalid hybrid source options; the message names the option, its value and the rule."""
+
+
+def parse_children(text: str | None) -> list[dict[str, Any]]:
+    """Validate the ``sources`` option's shape (not the children's own fields)."""
+    if not text:
+        raise HybridOptionError(
+            "option 'sources' is required: a JSON list of child sources such as "
+            '[{"name": "history", "kind": "files", "path": "...", "format": "parquet"}, '
+            '{"name": "landing", "kind": "landing", "path": "...", "format": "json"}]'
+        )
+    try:
+        specs = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise HybridOptionError(f"option 'sources' is not valid JSON ({error}): {text!r}") from None
+    if not isinstance(specs, list) or not specs or not all(isinstance(s, dict) for s in specs):
+        raise HybridOptionError(
+            f"option 'sources' = {text!r} must be a non-empty JSON list of objects"
+        )
+    names = []
+    for position, spec in enumerate(specs):
+        name = spec_field(spec, "name", str)
+        if not _NAME.match(name):
+            raise HybridOptionError(
+                f"child source #{position}: name {name!r} must be 1-100 letters, digits, _ . -"
+            )
+        kind = spec_field(spec, "kind", str)
+        if kind not in CHILD_KINDS:
+            raise HybridOptionError(
+                f"child source {name!r}: kind {kind!r} is not one of {sorted(CHILD_KINDS)}"
+            )
+        if "backlog" in spec and not isinstance(spec["backlog"], bool):
+            raise HybridOptionError(
+                f"child source {name!r}: field 'backlog' = {spec['backlog']!r} "
+                "must be true or false"
+            )
+        names.append(name)
+    if len(set(names)) != len(names):
+        raise HybridOptionError(f"child source names must be unique, got {names}")
+    for spec in specs[:-1]:
+        if not CHILD_KINDS[spec["kind"]].bounded:
+            raise HybridOptionError(
+                f"child source {spec['name']!r} of kind {spec['kind']!r} never ends, "
+                "so only the last child may be of that kind"
+            )
+    return specs
+
+
+def _positive_int(options: Mapping[str, str], key: str) -> int | None:
+    value = options.get(key.lower())
+    if value is None:
+        return None
+    if not value.strip().isdigit() or int(value) <= 0:
+        raise HybridOptionError(f"option {key!r} = {value!r} must be a whole number above 0")
+    return int(value)
+
+
+class HybridStreamReader(DataSourceStreamReader):
+    """Plans offsets over the children in Spark's planner process; reads on executors."""
+
+    def __init__(self, options: Mapping[str, str], schema: StructType):
+        opts = {key.lower(): value for key, value in options.items()}
+        self.source_name = opts.get("name", "hybrid")
+        if not _NAME.match(self.source_name):
+            raise HybridOptionError(
+                f"option 'name' = {self.source_name!r} must be 1-100 letters, digits, _ . -"
+            )
+        self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
+        specs = parse_children(opts.get("sources"))
+        context = SourceContext(
+            schema=self.arrow_schema,
+            state_location=opts.get("statelocation"),
+            rows_per_partition=_positive_int(opts, "rowsPerPartition")
+            or DEFAULT_ROWS_PER_PARTITION,
+        )
+        self.children = [CHILD_KINDS[spec["kind"]].from_spec(spec, context) for spec in specs]
+        last = len(specs) - 1
+        self.backlog_flags = [bool(spec.get("backlog", i < last)) for i, spec in enumerate(specs)]
+        self.max_rows = _positive_int(opts, "maxRowsPerTrigger")
+        self.max_files = _positive_int(opts, "maxFilesPerTrigger")
+        if self.max_rows and self.max_files:
+            raise HybridOptionError(
+                "options 'maxRowsPerTrigger' and 'maxFilesPerTrigger' exclude each other; set one"
+            )
+        channel = opts.get("backlogchannel")
+        self.gate = SourceGate(PlanChannel(channel)) if channel else None
+        self.latest: dict[str, Any] | None = None
+
+    # --- offsets ---------------------------------------------------------------------------
+
+    def _offset(self, index: int, position: dict[str, Any]) -> dict[str, Any]:
+        child = self.children[index]
+        offset = {
+            "source": self.source_name,
+            "child": index,
+            "phase": child.name,
+            "backlog": self.backlog_flags[index],
+            "position": position,
+        }
+        if index == len(self.children) - 1 and child.is_exhausted(position):
+            offset["finished"] = True
+        return offset
+
+    def initialOffset(self) -> dict[str, Any]:
+        return self._offset(0, self.children[0].initial_position())
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.max_rows:
+            return ReadMaxRows(self.max_rows)
+        if self.max_files:
+            return ReadMaxFiles(self.max_files)
+        return ReadAllAvailable()
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        limits = Limits(
+            max_rows=limit.max_rows if isinstance(limit, ReadMaxRows) else None,
+            max_files=limit.max_files if isinstance(limit, ReadMaxFiles) else None,
+        )
+        if self.gate is not None:
+            allowed = self.gate.allowed_rows(start)
+            if allowed is None:
+                return start
+            limits = Limits(min(allowed, limits.max_rows or allowed), limits.max_files)
+        index, position = start["child"], start["position"]
+        while index < len(self.children) - 1 and self.children[index].is_exhausted(position):
+            index += 1
+            position = self.children[index].initial_position()
+        planned = self.children[index].plan(position, limits)
+        end = self._offset(index, planned.end)
+        self.latest = {**end, "lag": dict(planned.lag)}
+        del self.latest["position"]
+        if end != start and self.gate is not None:
+            self.gate.mark_released()
+        return end
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        return self.latest
+
+    # --- data ------------------------------------------------------------------------------
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
+        index = end["child"]
+        child = self.children[index]
+        # Children before the end child were exhausted at ``start``: nothing to read there.
+        first = start["position"] if start["child"] == index else child.initial_position()
+        return list(child.partitions(first, end["position"]))
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, ReadablePartition)
+        yield from partition.read(self.arrow_schema)
+
+
+class HybridDataSource(DataSource):
+    """Register with ``spark.dataSource.register(HybridDataSource)``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "hybrid"
+
+    def schema(self) -> str:
+        raise HybridOptionError(
+            "the hybrid source needs a schema: spark.readStream.format('hybrid').schema(...)"
+        )
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        try:
+            return HybridStreamReader(self.options, schema)
+        except ChildSpecError as error:
+            raise HybridOptionError(str(error)) from None
