@@ -77,6 +77,7 @@ class BacklogRuntime:
         self.query: StreamingQuery | None = None
         self._listener: ProgressListener | None = None
         self._stop = threading.Event()
+        self._cadence_s = self.config.interval_s
         self.failure: str | None = None
         logger.info("backlog-aware checkpointing: %s", self.config.describe())
 
@@ -98,6 +99,7 @@ class BacklogRuntime:
     def start_static(self, writer: DataStreamWriter, trigger_s: float) -> StreamingQuery:
         """Start with a fixed trigger the coordinator only records: the hand-set baseline."""
         self._coordinate(RecordOnlyApplier()).start()
+        self._cadence_s = trigger_s
         return self._start(writer.trigger(processingTime=f"{round(trigger_s * 1000)} milliseconds"))
 
     def run_restart_based(
@@ -198,11 +200,14 @@ class BacklogRuntime:
         return False
 
     def _idle_for(self, seconds: float) -> bool:
+        """Live, and no batch for ``seconds`` beyond when the next one would have come."""
         coordinator = self.coordinator
         if coordinator is None or coordinator.job_is_backlog is not False:
             return False
         last = coordinator.last_progress
-        return last is not None and self._clock() - last.committed_at.timestamp() >= seconds
+        if last is None:
+            return False
+        return self._clock() - last.committed_at.timestamp() >= self._cadence_s + seconds
 
     def stop(self) -> None:
         """Ask the run to end after the current batch commits."""

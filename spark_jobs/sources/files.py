@@ -325,14 +325,12 @@ class FileChild(ChildSource):
         index, row = start["file"], start["row"]
         taken = files = 0
         while index < len(entries):
-            if limits.max_files is not None and files >= limits.max_files:
+            room = None if limits.max_rows is None else limits.max_rows - taken
+            if room == 0 or (limits.max_files is not None and files >= limits.max_files):
                 break
             available = self.rows_in(entries[index]) - row
-            room = None if limits.max_rows is None else limits.max_rows - taken
             if room is not None and available > room:
-                if room > 0:
-                    row += room
-                    taken += room
+                row += room
                 break
             taken += available
             index, row, files = index + 1, 0, files + 1

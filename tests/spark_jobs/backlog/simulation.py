@@ -61,6 +61,7 @@ def simulate(
     last_release: float | None = None
     backlog_left, consumed_live, in_backlog_child = backlog_rows, 0, backlog_rows > 0
     batches: list[SimBatch] = []
+
     def offset() -> dict[str, object]:
         return {"source": "sim", "backlog": in_backlog_child, "at": [backlog_left, consumed_live]}
 

@@ -1,0 +1,154 @@
+import json
+
+import pytest
+import sqlalchemy as sa
+
+from spark_jobs.backlog.config import BacklogConfig
+from spark_jobs.backlog.graph import Operator, OperatorGraph, OperatorKind
+from spark_jobs.coordinator.appliers import SourceGatedApplier
+from spark_jobs.coordinator.coordinator import BacklogCoordinator
+from spark_jobs.coordinator.progress import BatchProgress
+from spark_jobs.metrics.schema import as_utc, backlog_checkpoints, backlog_transitions, make_engine
+from spark_jobs.metrics.writer import MetricsWriter
+from spark_jobs.sources.gate import PlanChannel
+from tests.spark_jobs.backlog.simulation import FakeClock
+from tests.spark_jobs.coordinator.conftest import recorded
+
+CONF = {
+    "spark.backlog.job-name": "orders",
+    "spark.backlog.run-id": "run-1",
+    "spark.backlog.checkpointing.interval": "2s",
+    "spark.backlog.checkpointing.interval-during-backlog": "30s",
+}
+
+
+@pytest.fixture
+def parts(tmp_path):
+    config = BacklogConfig.from_spark_conf(CONF)
+    url = f"sqlite:///{tmp_path}/metrics.db"
+    writer = MetricsWriter(url)
+    channel = PlanChannel(tmp_path / "channel")
+    clock = FakeClock(1_795_261_800.0)
+    coordinator = BacklogCoordinator(
+        config, SourceGatedApplier(channel, config), writer, clock=clock
+    )
+    yield coordinator, channel, writer, make_engine(url), clock
+    writer.close()
+
+
+def rows(engine, table):
+    with engine.connect() as connection:
+        return [dict(r._mapping) for r in connection.execute(sa.select(table).order_by(table.c.id))]
+
+
+def test_start_publishes_a_first_plan_that_releases_a_probe_batch(parts):
+    coordinator, channel, *_ = parts
+    coordinator.start()
+    plan = channel.read()
+    assert plan is not None
+    assert (plan.seq, plan.max_rows, plan.starts, plan.standing) == (1, 100_000, None, False)
+
+
+def test_backlog_then_live_is_decided_published_and_recorded(parts):
+    coordinator, channel, writer, engine, clock = parts
+    coordinator.start()
+    backlog = BatchProgress.from_json(recorded("hybrid_backlog"))
+    coordinator.on_progress(backlog)
+    plan = channel.read()
+    assert plan.is_backlog and plan.standing
+    assert plan.starts == {"events": backlog.sources[0].end_offset}
+    assert coordinator.job_is_backlog is True
+
+    handoff = BatchProgress.from_json(recorded("hybrid_handoff"))
+    clock.now = handoff.committed_at.timestamp()
+    decision = coordinator.on_progress(handoff)
+    plan = channel.read()
+    assert not plan.is_backlog and not plan.standing
+    # one interval from the batch's start, or at once since it took longer than that
+    expected_due = max(handoff.started_at.timestamp() + 2, handoff.committed_at.timestamp())
+    assert plan.due_at == decision.due_at == expected_due
+    assert plan.starts == {"events": handoff.sources[0].end_offset}
+
+    live = BatchProgress.from_json(recorded("hybrid_live"))
+    coordinator.on_progress(live)
+    assert writer.flush()
+
+    checkpoints = rows(engine, backlog_checkpoints)
+    assert [(r["batch_id"], r["is_backlog"], r["effective_interval_ms"]) for r in checkpoints] == [
+        (0, True, 30000),
+        (1, False, 2000),
+        (3, False, 2000),
+    ]
+    first = checkpoints[0]
+    assert (first["job_name"], first["run_id"]) == ("orders", "run-1")
+    assert as_utc(first["committed_at"]) == backlog.committed_at
+    assert (first["num_input_rows"], first["batch_duration_ms"]) == (30000, 9803)
+    assert first["watermark"] is None
+    assert as_utc(checkpoints[2]["watermark"]) == live.watermark
+    assert json.loads(first["sources"]) == [
+        {
+            "name": "events",
+            "is_backlog": True,
+            "finished": False,
+            "phase": "history",
+            "lag": {"files_behind": 0},
+            "rule": "hybrid-phase",
+        }
+    ]
+    assert json.loads(first["observed_metrics"])["event_time"]["rows"] == 30000
+
+    [transition] = rows(engine, backlog_transitions)
+    assert transition["is_backlog"] is False
+    assert transition["reason"] == "hybrid-phase: events entered landing"
+    assert as_utc(transition["at"]) == handoff.committed_at
+
+
+def two_sources(history: dict, live_backlog: bool = False) -> BatchProgress:
+    """A recorded batch, with a second hybrid source named ``history`` beside ``events``."""
+    data = json.loads(recorded("hybrid_live"))
+    extra = json.loads(json.dumps(data["sources"][0]))
+    extra["endOffset"].update({"source": "history", **history})
+    data["sources"][0]["endOffset"]["backlog"] = live_backlog
+    data["sources"].append(extra)
+    return BatchProgress.from_json(json.dumps(data))
+
+
+def test_a_finished_backlog_source_unioned_with_a_live_one_does_not_keep_backlog(parts):
+    coordinator, *_ = parts
+    coordinator.on_progress(two_sources({"backlog": True, "phase": "history"}))
+    assert coordinator.job_is_backlog is True
+    coordinator.on_progress(two_sources({"backlog": True, "phase": "history", "finished": True}))
+    assert coordinator.job_is_backlog is False
+
+
+def test_transitions_name_each_source_that_changed(parts):
+    coordinator, _, writer, engine, _ = parts
+    coordinator.on_progress(two_sources({"backlog": False, "phase": "tail"}))
+    coordinator.on_progress(two_sources({"backlog": True, "phase": "replay"}, live_backlog=True))
+    writer.flush()
+    [transition] = rows(engine, backlog_transitions)
+    assert transition["reason"] == (
+        "hybrid-phase: events entered landing; hybrid-phase: history entered replay"
+    )
+
+
+def test_operator_statuses_are_logged_at_transitions(tmp_path, caplog):
+    config = BacklogConfig.from_spark_conf(CONF)
+    graph = OperatorGraph(
+        [
+            Operator("scan-events", OperatorKind.SOURCE, source="events"),
+            Operator("scan-history", OperatorKind.SOURCE, source="history"),
+            Operator("union", OperatorKind.UNION, ("scan-events", "scan-history")),
+        ]
+    )
+    with MetricsWriter(f"sqlite:///{tmp_path}/m.db") as writer:
+        coordinator = BacklogCoordinator(
+            config, SourceGatedApplier(PlanChannel(tmp_path), config), writer, graph=graph
+        )
+        coordinator.on_progress(two_sources({"backlog": False, "phase": "tail"}))
+        with caplog.at_level("INFO"):
+            coordinator.on_progress(two_sources({"backlog": True, "phase": "replay"}))
+    assert (
+        "operators: scan-events[events]=live, scan-history[history]=backlog, union=live"
+        in caplog.text
+    )

@@ -1,0 +1,202 @@
+import os
+
+import pyarrow as pa
+import pytest
+from pyspark.sql.pandas.types import to_arrow_schema
+
+from spark_jobs.sources.children import Limits, SourceContext
+from spark_jobs.sources.files import (
+    BoundedFiles,
+    FileManifest,
+    InputFileError,
+    LandingFiles,
+    list_files,
+    resolve_uri,
+)
+from tests.spark_jobs.sources.conftest import SPARK_SCHEMA, land, write_file
+
+SCHEMA = to_arrow_schema(SPARK_SCHEMA, timezone="UTC")
+
+
+def context(tmp_path, rows_per_partition=250_000):
+    return SourceContext(SCHEMA, str(tmp_path / "state"), rows_per_partition)
+
+
+def bounded(tmp_path, fmt="parquet", **spec):
+    spec = {"name": "history", "path": str(tmp_path / "history"), "format": fmt, **spec}
+    return BoundedFiles.from_spec(spec, context(tmp_path))
+
+
+def landing(tmp_path, fmt="json"):
+    spec = {"name": "landing", "path": str(tmp_path / "landing"), "format": fmt}
+    return LandingFiles.from_spec(spec, context(tmp_path))
+
+
+def read_ids(child, start, end) -> list[int]:
+    ids = []
+    for partition in child.partitions(start, end):
+        for batch in partition.read(SCHEMA):
+            assert batch.schema == SCHEMA
+            ids.extend(batch.column("event_id").to_pylist())
+    return ids
+
+
+def test_paths_become_absolute_uris_for_executors(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert resolve_uri("data/in") == f"file://{tmp_path}/data/in"
+    assert resolve_uri("s3://bucket/in/") == "s3://bucket/in"
+
+
+def test_listing_skips_hidden_and_metadata_files_and_applies_the_glob(tmp_path):
+    for name in ("a.json", ".a.json.tmp", "_SUCCESS", "b.json", "notes.txt"):
+        (tmp_path / name).write_text("{}\n")
+    names = [e.uri.rsplit("/", 1)[1] for e in list_files(resolve_uri(str(tmp_path)), "*.json")]
+    assert sorted(names) == ["a.json", "b.json"]
+
+
+def test_listing_a_missing_directory_names_it(tmp_path):
+    with pytest.raises(InputFileError, match=f"input directory file://{tmp_path}/nope does not"):
+        list_files(resolve_uri(str(tmp_path / "nope")), "*")
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "json", "csv"])
+def test_a_bounded_directory_is_read_whole_and_in_name_order(tmp_path, fmt):
+    write_file(tmp_path / "history", f"b.{fmt}", fmt, 100, 50)
+    write_file(tmp_path / "history", f"a.{fmt}", fmt, 0, 100)
+    child = bounded(tmp_path, fmt)
+    start = child.initial_position()
+    planned = child.plan(start, Limits())
+    assert planned.end == {"file": 2, "row": 0}
+    assert planned.lag == {"files_behind": 0}
+    assert child.is_exhausted(planned.end)
+    assert read_ids(child, start, planned.end) == list(range(150))
+
+
+def test_timestamps_read_back_exactly_from_every_format(tmp_path):
+    for fmt in ("parquet", "json", "csv"):
+        write_file(tmp_path / fmt, f"x.{fmt}", fmt, 5, 2)
+        spec = {"name": fmt, "path": str(tmp_path / fmt), "format": fmt}
+        child = BoundedFiles.from_spec(spec, context(tmp_path))
+        end = child.plan(child.initial_position(), Limits()).end
+        [partition] = child.partitions(child.initial_position(), end)
+        table = pa.Table.from_batches(list(partition.read(SCHEMA)))
+        assert table.column("event_time").to_pylist()[1].isoformat() == (
+            "2026-11-01T00:00:06+00:00"
+        ), fmt
+
+
+def test_row_limits_split_files_exactly_and_batches_tile_the_input(tmp_path):
+    write_file(tmp_path / "history", "a.parquet", "parquet", 0, 2500, row_group=1000)
+    write_file(tmp_path / "history", "b.parquet", "parquet", 2500, 700)
+    child = bounded(tmp_path)
+    position, seen, sizes = child.initial_position(), [], []
+    while not child.is_exhausted(position):
+        end = child.plan(position, Limits(max_rows=900)).end
+        batch = read_ids(child, position, end)
+        sizes.append(len(batch))
+        seen.extend(batch)
+        position = end
+    assert sizes == [900, 900, 900, 500]
+    assert seen == list(range(3200))
+
+
+def test_file_limits_count_files(tmp_path):
+    for i in range(5):
+        write_file(tmp_path / "history", f"{i}.parquet", "parquet", i * 10, 10)
+    child = bounded(tmp_path)
+    planned = child.plan(child.initial_position(), Limits(max_files=2))
+    assert planned.end == {"file": 2, "row": 0}
+    assert planned.lag == {"files_behind": 3}
+
+
+def test_partitions_pack_slices_up_to_the_rows_per_task(tmp_path):
+    for i in range(6):
+        write_file(tmp_path / "history", f"{i}.parquet", "parquet", i * 100, 100)
+    spec = {"name": "history", "path": str(tmp_path / "history")}
+    child = BoundedFiles.from_spec(spec, context(tmp_path, rows_per_partition=250))
+    end = child.plan(child.initial_position(), Limits()).end
+    parts = child.partitions(child.initial_position(), end)
+    assert [sum(s.stop - s.start for s in p.slices) for p in parts] == [200, 200, 200]
+
+
+def test_the_bounded_snapshot_survives_a_restart_and_ignores_later_files(tmp_path):
+    write_file(tmp_path / "history", "a.parquet", "parquet", 0, 10)
+    first = bounded(tmp_path)
+    end = first.plan(first.initial_position(), Limits(max_rows=4)).end
+    write_file(tmp_path / "history", "0-late.parquet", "parquet", 1000, 10)
+    again = bounded(tmp_path)  # a new planner process after a restart
+    assert read_ids(again, first.initial_position(), end) == [0, 1, 2, 3]
+    assert again.plan(end, Limits()).end == {"file": 1, "row": 0}
+
+
+def test_an_empty_bounded_directory_ends_at_once(tmp_path):
+    (tmp_path / "history").mkdir()
+    child = bounded(tmp_path)
+    assert child.is_exhausted(child.initial_position())
+
+
+def test_landing_admits_files_in_arrival_order_and_only_once(tmp_path):
+    directory = tmp_path / "landing"
+    land(directory, "z.json", "json", 0, 3, mtime=1000)
+    land(directory, "a.json", "json", 3, 2, mtime=1001)
+    child = landing(tmp_path)
+    start = child.initial_position()
+    end = child.plan(start, Limits()).end
+    assert read_ids(child, start, end) == [0, 1, 2, 3, 4]
+    assert not child.is_exhausted(end)
+    assert child.plan(end, Limits()).end == end  # nothing new
+    land(directory, "m.json", "json", 5, 1, mtime=900)  # late arrival with an old mtime
+    (directory / ".inflight.json.tmp").write_text("{broken")
+    later = child.plan(end, Limits()).end
+    assert read_ids(child, end, later) == [5]
+
+
+def test_landing_manifest_replays_identically_in_a_new_process(tmp_path):
+    land(tmp_path / "landing", "1.json", "json", 0, 4, mtime=1)
+    child = landing(tmp_path)
+    end = child.plan(child.initial_position(), Limits(max_rows=3)).end
+    land(tmp_path / "landing", "0.json", "json", 100, 4, mtime=2)
+    replay = landing(tmp_path)
+    assert read_ids(replay, replay.initial_position(), end) == [0, 1, 2]
+
+
+def test_a_malformed_landing_file_is_refused_by_name_before_it_is_admitted(tmp_path):
+    land(tmp_path / "landing", "good.json", "json", 0, 2, mtime=1)
+    bad = tmp_path / "landing" / "bad.json"
+    bad.write_text('{"event_id": 5}\n{not json\n')
+    os.utime(bad, ns=(2 * 10**9, 2 * 10**9))
+    child = landing(tmp_path)
+    with pytest.raises(InputFileError, match=f"cannot read json input file file://{bad}"):
+        child.plan(child.initial_position(), Limits())
+    assert FileManifest(resolve_uri(str(tmp_path / "state" / "landing"))).entries == []
+    bad.unlink()
+    end = child.plan(child.initial_position(), Limits()).end
+    assert read_ids(child, child.initial_position(), end) == [0, 1]
+
+
+def test_a_malformed_bounded_file_is_named_when_the_batch_reaches_it(tmp_path):
+    write_file(tmp_path / "history", "a.parquet", "parquet", 0, 5)
+    (tmp_path / "history" / "b.parquet").write_bytes(b"not parquet at all")
+    child = bounded(tmp_path)
+    first = child.plan(child.initial_position(), Limits(max_rows=5)).end
+    assert read_ids(child, child.initial_position(), first) == [0, 1, 2, 3, 4]
+    with pytest.raises(InputFileError, match=r"cannot read parquet input file .*/b\.parquet"):
+        child.plan(first, Limits())
+
+
+def test_a_file_changed_after_admission_fails_the_read_by_name(tmp_path):
+    path = write_file(tmp_path / "history", "a.json", "json", 0, 3)
+    child = bounded(tmp_path, "json")
+    end = child.plan(child.initial_position(), Limits()).end
+    with path.open("a") as handle:
+        handle.write('{"event_id": 99}\n')
+    with pytest.raises(InputFileError, match="changed after it was admitted"):
+        read_ids(child, child.initial_position(), end)
+
+
+def test_a_missing_column_is_named(tmp_path):
+    (tmp_path / "history").mkdir()
+    (tmp_path / "history" / "a.csv").write_text("event_id,account\n1,x\n")
+    child = bounded(tmp_path, "csv")
+    with pytest.raises(InputFileError, match=r"a\.csv.*amount"):
+        child.plan(child.initial_position(), Limits())
