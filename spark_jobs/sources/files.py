@@ -1,10 +1,13 @@
 """File children of the hybrid source: a bounded directory and a live landing directory.
 
 Positions are ``{"file": i, "row": r}``: the next record is row ``r`` of the ``i``-th file
-of a durable manifest. The manifest is an append-only list of admitted files kept in the
-source's state location, so a position names the same rows after a restart: a bounded
-directory is the snapshot taken at the first start, a landing directory grows as files
-arrive. Files are read with pyarrow (local paths or any URI pyarrow.fs understands).
+of a durable manifest, an append-only list of admitted files (with their size and row
+count) kept in the source's state location, so a position names the same rows after a
+restart. A file is admitted once it has been read in full and found valid: a landing file
+when it is discovered, a file of a bounded directory when planning reaches it, out of the
+snapshot of names taken at the first start. A malformed file is therefore refused by name
+before any of its rows count, and can be repaired in place. Files are read with pyarrow
+(local paths, or any URI pyarrow.fs understands).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import posixpath
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -48,10 +51,20 @@ class InputFileError(RuntimeError):
 
 
 @dataclass(frozen=True)
-class FileEntry:
+class ListedFile:
     uri: str
     size: int
     mtime_ns: int
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """An admitted file: its rows are counted and its size recorded for later checks."""
+
+    uri: str
+    size: int
+    mtime_ns: int
+    rows: int
 
 
 def resolve_uri(location: str) -> str:
@@ -65,7 +78,7 @@ def _filesystem(uri: str) -> tuple[pa_fs.FileSystem, str]:
     return pa_fs.FileSystem.from_uri(uri)
 
 
-def list_files(directory_uri: str, glob: str) -> list[FileEntry]:
+def list_files(directory_uri: str, glob: str) -> list[ListedFile]:
     """Visible files directly in ``directory_uri`` whose names match ``glob``."""
     filesystem, path = _filesystem(directory_uri)
     try:
@@ -73,70 +86,89 @@ def list_files(directory_uri: str, glob: str) -> list[FileEntry]:
     except FileNotFoundError as error:
         raise InputFileError(f"input directory {directory_uri} does not exist") from error
     scheme = directory_uri.split("://", 1)[0]
-    entries = []
+    listed = []
     for info in infos:
         name = info.base_name
         if info.type != pa_fs.FileType.File or name.startswith(HIDDEN_PREFIXES):
             continue
         if fnmatch.fnmatch(name, glob):
-            entries.append(FileEntry(f"{scheme}://{info.path}", info.size, info.mtime_ns or 0))
-    return entries
+            listed.append(ListedFile(f"{scheme}://{info.path}", info.size, info.mtime_ns or 0))
+    return listed
 
 
-class FileManifest:
-    """The durable, append-only list of admitted files of one child source.
+def stat_file(uri: str) -> ListedFile:
+    filesystem, path = _filesystem(uri)
+    info = filesystem.get_file_info(path)
+    if info.type != pa_fs.FileType.File:
+        raise InputFileError(f"input file {uri} was listed at the first start but is gone")
+    return ListedFile(uri, info.size, info.mtime_ns or 0)
 
-    Each append is a new numbered segment written under a temporary name and moved into
-    place, so a reader sees whole segments only.
-    """
+
+class StateDirectory:
+    """A child's durable state: numbered JSON segments, each written whole and moved in."""
 
     def __init__(self, location_uri: str):
         self._filesystem, self._path = _filesystem(location_uri)
+        self._created = False
+
+    def _ensure(self) -> None:
+        if not self._created:
+            self._filesystem.create_dir(self._path, recursive=True)
+            self._created = True
+
+    def names(self, suffix: str) -> list[str]:
+        self._ensure()
+        infos = self._filesystem.get_file_info(pa_fs.FileSelector(self._path))
+        return sorted(
+            i.base_name
+            for i in infos
+            if i.base_name.endswith(suffix) and not i.base_name.startswith(".")
+        )
+
+    def read(self, name: str) -> Any:
+        with self._filesystem.open_input_stream(f"{self._path}/{name}") as stream:
+            return json.loads(stream.read())
+
+    def write(self, name: str, value: Any) -> None:
+        self._ensure()
+        temporary = f"{self._path}/.{uuid.uuid4().hex}.tmp"
+        with self._filesystem.open_output_stream(temporary) as stream:
+            stream.write(json.dumps(value).encode())
+        self._filesystem.move(temporary, f"{self._path}/{name}")
+
+
+class FileManifest:
+    """The durable, append-only list of admitted files of one child source."""
+
+    SUFFIX = ".manifest.json"
+
+    def __init__(self, state: StateDirectory):
+        self._state = state
         self._entries: list[FileEntry] | None = None
         self._segments = 0
 
     @property
     def entries(self) -> list[FileEntry]:
         if self._entries is None:
-            self._entries = self._load()
+            names = self._state.names(self.SUFFIX)
+            self._entries = [FileEntry(**item) for n in names for item in self._state.read(n)]
+            self._segments = len(names)
         return self._entries
 
-    def _load(self) -> list[FileEntry]:
-        self._filesystem.create_dir(self._path, recursive=True)
-        infos = self._filesystem.get_file_info(pa_fs.FileSelector(self._path))
-        names = sorted(i.base_name for i in infos if i.base_name.endswith(".json"))
-        entries: list[FileEntry] = []
-        for name in names:
-            with self._filesystem.open_input_stream(f"{self._path}/{name}") as stream:
-                entries.extend(FileEntry(**item) for item in json.loads(stream.read()))
-        self._segments = len(names)
-        return entries
-
-    def append(self, new: list[FileEntry], *, even_if_empty: bool = False) -> None:
-        if not new and not even_if_empty:
+    def append(self, new: list[FileEntry]) -> None:
+        if not new:
             return
         entries = self.entries
-        final = f"{self._path}/{self._segments:010d}.json"
-        temporary = f"{self._path}/.{uuid.uuid4().hex}.tmp"
-        payload = json.dumps([e.__dict__ for e in new]).encode()
-        with self._filesystem.open_output_stream(temporary) as stream:
-            stream.write(payload)
-        self._filesystem.move(temporary, final)
+        self._state.write(f"{self._segments:010d}{self.SUFFIX}", [e.__dict__ for e in new])
         self._segments += 1
         entries.extend(new)
-
-    @property
-    def is_empty(self) -> bool:
-        """True before the first segment was written (an empty segment still counts)."""
-        self.entries  # noqa: B018 - loads the segment count
-        return self._segments == 0
 
 
 # --- reading ---------------------------------------------------------------------------
 
 
-def _open(entry: FileEntry) -> pa.NativeFile:
-    filesystem, path = _filesystem(entry.uri)
+def _open(uri: str) -> pa.NativeFile:
+    filesystem, path = _filesystem(uri)
     return filesystem.open_input_file(path)
 
 
@@ -162,9 +194,9 @@ def _csv_timestamps(table: pa.Table, schema: pa.Schema) -> pa.Table:
     return table
 
 
-def read_table(entry: FileEntry, fmt: str, schema: pa.Schema) -> pa.Table:
+def read_table(uri: str, fmt: str, schema: pa.Schema) -> pa.Table:
     """The whole file as a table of ``schema``."""
-    with _open(entry) as handle:
+    with _open(uri) as handle:
         if fmt == "parquet":
             table = pq.read_table(handle, columns=schema.names)
         elif fmt == "json":
@@ -181,15 +213,19 @@ def read_table(entry: FileEntry, fmt: str, schema: pa.Schema) -> pa.Table:
     return _cast(table, schema)
 
 
-def count_rows(entry: FileEntry, fmt: str, schema: pa.Schema) -> int:
-    """Rows in the file; JSON and CSV are parsed in full, which also validates them."""
+def admit(listed: ListedFile, fmt: str, schema: pa.Schema) -> FileEntry:
+    """Read the file in full (parquet: its footer and schema) and count its rows."""
     try:
         if fmt == "parquet":
-            with _open(entry) as handle:
-                return pq.ParquetFile(handle).metadata.num_rows
-        return read_table(entry, fmt, schema).num_rows
+            with _open(listed.uri) as handle:
+                parquet = pq.ParquetFile(handle)
+                _cast(parquet.schema_arrow.empty_table(), schema)
+                rows = parquet.metadata.num_rows
+        else:
+            rows = read_table(listed.uri, fmt, schema).num_rows
     except Exception as error:
-        raise InputFileError(f"cannot read {fmt} input file {entry.uri}: {error}") from error
+        raise InputFileError(f"cannot read {fmt} input file {listed.uri}: {error}") from error
+    return FileEntry(listed.uri, listed.size, listed.mtime_ns, rows)
 
 
 @dataclass(frozen=True)
@@ -206,7 +242,7 @@ class FileSlice:
             self._check_unchanged()
             if self.fmt == "parquet":
                 return self._read_parquet(schema)
-            table = read_table(self.entry, self.fmt, schema)
+            table = read_table(self.entry.uri, self.fmt, schema)
             return table.slice(self.start, self.stop - self.start)
         except InputFileError:
             raise
@@ -228,7 +264,7 @@ class FileSlice:
             )
 
     def _read_parquet(self, schema: pa.Schema) -> pa.Table:
-        with _open(self.entry) as handle:
+        with _open(self.entry.uri) as handle:
             parquet = pq.ParquetFile(handle)
             groups, first_row, offset = [], None, 0
             for index in range(parquet.metadata.num_row_groups):
@@ -259,9 +295,7 @@ class FileSlicesPartition(ReadablePartition):
 
 
 class FileChild(ChildSource):
-    """Shared planning over a manifest of files; subclasses decide how files are admitted."""
-
-    bounded: ClassVar[bool]
+    """Planning over a manifest of admitted files; subclasses decide what gets admitted."""
 
     def __init__(
         self,
@@ -269,7 +303,7 @@ class FileChild(ChildSource):
         directory_uri: str,
         fmt: str,
         glob: str,
-        manifest: FileManifest,
+        state: StateDirectory,
         schema: pa.Schema,
         rows_per_partition: int,
     ):
@@ -277,10 +311,10 @@ class FileChild(ChildSource):
         self.directory_uri = directory_uri
         self.fmt = fmt
         self.glob = glob
-        self.manifest = manifest
+        self.state = state
+        self.manifest = FileManifest(state)
         self.schema = schema
         self.rows_per_partition = rows_per_partition
-        self._rows: dict[str, int] = {}
 
     @classmethod
     def from_spec(cls, spec: Mapping[str, Any], context: SourceContext) -> FileChild:
@@ -300,7 +334,7 @@ class FileChild(ChildSource):
             directory_uri=resolve_uri(spec_field(spec, "path", str)),
             fmt=fmt,
             glob=spec_field(spec, "glob", str, "*"),
-            manifest=FileManifest(f"{resolve_uri(context.state_location)}/{name}"),
+            state=StateDirectory(f"{resolve_uri(context.state_location)}/{name}"),
             schema=context.schema,
             rows_per_partition=context.rows_per_partition,
         )
@@ -308,40 +342,43 @@ class FileChild(ChildSource):
     def initial_position(self) -> Position:
         return {"file": 0, "row": 0}
 
-    def admitted(self) -> list[FileEntry]:
-        """Files admitted so far, admitting new ones first where the child allows it."""
-        return self.manifest.entries
+    def _discover(self) -> None:
+        """Admit files that became available since the last planning, where the child can."""
 
-    def rows_in(self, entry: FileEntry) -> int:
-        if entry.uri not in self._rows:
-            self._rows[entry.uri] = count_rows(entry, self.fmt, self.schema)
-        return self._rows[entry.uri]
+    def _entry(self, index: int) -> FileEntry | None:
+        """The ``index``-th admitted file, admitting it first where the child can; else None."""
+        entries = self.manifest.entries
+        return entries[index] if index < len(entries) else None
 
-    def is_exhausted(self, position: Position) -> bool:
-        return self.bounded and position["file"] >= len(self.admitted())
+    def _known_files(self) -> int:
+        return len(self.manifest.entries)
 
     def plan(self, start: Position, limits: Limits) -> Planned:
-        entries = self.admitted()
+        self._discover()
         index, row = start["file"], start["row"]
         taken = files = 0
-        while index < len(entries):
+        while True:
             room = None if limits.max_rows is None else limits.max_rows - taken
             if room == 0 or (limits.max_files is not None and files >= limits.max_files):
                 break
-            available = self.rows_in(entries[index]) - row
+            entry = self._entry(index)
+            if entry is None:
+                break
+            available = entry.rows - row
             if room is not None and available > room:
                 row += room
                 break
             taken += available
             index, row, files = index + 1, 0, files + 1
-        return Planned({"file": index, "row": row}, {"files_behind": len(entries) - index})
+        end = {"file": index, "row": row}
+        return Planned(end, {"files_behind": self._known_files() - index})
 
     def partitions(self, start: Position, end: Position) -> list[ReadablePartition]:
         entries = self.manifest.entries
         slices: list[FileSlice] = []
         index, row = start["file"], start["row"]
         while (index, row) < (end["file"], end["row"]) and index < len(entries):
-            stop = end["row"] if index == end["file"] else self.rows_in(entries[index])
+            stop = end["row"] if index == end["file"] else entries[index].rows
             if stop > row:
                 slices.append(FileSlice(entries[index], self.fmt, row, stop))
             index, row = index + 1, 0
@@ -364,23 +401,51 @@ class FileChild(ChildSource):
 
 
 class BoundedFiles(FileChild):
-    """A directory of historical files: the snapshot listed at the first start, then done."""
+    """A directory of historical files: the names listed at the first start, then done."""
 
     kind = "files"
     bounded = True
+    SNAPSHOT = "listing.snapshot"
 
-    def admitted(self) -> list[FileEntry]:
-        if self.manifest.is_empty:
-            listing = sorted(list_files(self.directory_uri, self.glob), key=lambda e: e.uri)
-            if not listing:
-                logger.warning(
-                    "child source %r: no files matching %r in %s; it ends at once",
-                    self.name,
-                    self.glob,
-                    self.directory_uri,
-                )
-            self.manifest.append(listing, even_if_empty=True)
-        return self.manifest.entries
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._snapshot: list[ListedFile] | None = None
+
+    def snapshot(self) -> list[ListedFile]:
+        if self._snapshot is None:
+            if self.SNAPSHOT in self.state.names(self.SNAPSHOT):
+                self._snapshot = [ListedFile(**item) for item in self.state.read(self.SNAPSHOT)]
+            else:
+                listing = sorted(list_files(self.directory_uri, self.glob), key=lambda f: f.uri)
+                if not listing:
+                    logger.warning(
+                        "child source %r: no files matching %r in %s; it ends at once",
+                        self.name,
+                        self.glob,
+                        self.directory_uri,
+                    )
+                self.state.write(self.SNAPSHOT, [f.__dict__ for f in listing])
+                self._snapshot = listing
+        return self._snapshot
+
+    def _entry(self, index: int) -> FileEntry | None:
+        entries = self.manifest.entries
+        if index < len(entries):
+            return entries[index]
+        snapshot = self.snapshot()
+        if index >= len(snapshot):
+            return None
+        # Admitted in order, so the manifest is always a prefix of the snapshot. The file is
+        # looked at again: a repaired file may differ from what the snapshot saw.
+        entry = admit(stat_file(snapshot[index].uri), self.fmt, self.schema)
+        self.manifest.append([entry])
+        return entry
+
+    def _known_files(self) -> int:
+        return len(self.snapshot())
+
+    def is_exhausted(self, position: Position) -> bool:
+        return position["file"] >= len(self.snapshot())
 
 
 class LandingFiles(FileChild):
@@ -389,14 +454,15 @@ class LandingFiles(FileChild):
     kind = "landing"
     bounded = False
 
-    def admitted(self) -> list[FileEntry]:
+    def _discover(self) -> None:
         known = {entry.uri for entry in self.manifest.entries}
-        new = [e for e in list_files(self.directory_uri, self.glob) if e.uri not in known]
-        new.sort(key=lambda e: (e.mtime_ns, e.uri))
-        for entry in new:
-            self.rows_in(entry)  # validate before admitting, naming a malformed file
-        self.manifest.append(new)
-        return self.manifest.entries
+        new = [f for f in list_files(self.directory_uri, self.glob) if f.uri not in known]
+        new.sort(key=lambda f: (f.mtime_ns, f.uri))
+        # Validated before admission, so a malformed file is named and nothing after it moves.
+        self.manifest.append([admit(listed, self.fmt, self.schema) for listed in new])
+
+    def is_exhausted(self, position: Position) -> bool:
+        return False
 
 
 FILE_CHILDREN: dict[str, type[FileChild]] = {c.kind: c for c in (BoundedFiles, LandingFiles)}

@@ -10,6 +10,7 @@ from spark_jobs.sources.files import (
     FileManifest,
     InputFileError,
     LandingFiles,
+    StateDirectory,
     list_files,
     resolve_uri,
 )
@@ -168,20 +169,26 @@ def test_a_malformed_landing_file_is_refused_by_name_before_it_is_admitted(tmp_p
     child = landing(tmp_path)
     with pytest.raises(InputFileError, match=f"cannot read json input file file://{bad}"):
         child.plan(child.initial_position(), Limits())
-    assert FileManifest(resolve_uri(str(tmp_path / "state" / "landing"))).entries == []
+    state = StateDirectory(resolve_uri(str(tmp_path / "state" / "landing")))
+    assert FileManifest(state).entries == []
     bad.unlink()
     end = child.plan(child.initial_position(), Limits()).end
     assert read_ids(child, child.initial_position(), end) == [0, 1]
 
 
-def test_a_malformed_bounded_file_is_named_when_the_batch_reaches_it(tmp_path):
+def test_a_malformed_bounded_file_is_named_and_can_be_repaired_in_place(tmp_path):
     write_file(tmp_path / "history", "a.parquet", "parquet", 0, 5)
     (tmp_path / "history" / "b.parquet").write_bytes(b"not parquet at all")
+    write_file(tmp_path / "history", "c.parquet", "parquet", 10, 5)
     child = bounded(tmp_path)
     first = child.plan(child.initial_position(), Limits(max_rows=5)).end
     assert read_ids(child, child.initial_position(), first) == [0, 1, 2, 3, 4]
     with pytest.raises(InputFileError, match=r"cannot read parquet input file .*/b\.parquet"):
         child.plan(first, Limits())
+    write_file(tmp_path / "history", "b.parquet", "parquet", 5, 5)  # repaired
+    restarted = bounded(tmp_path)
+    end = restarted.plan(first, Limits()).end
+    assert read_ids(restarted, first, end) == list(range(5, 15))
 
 
 def test_a_file_changed_after_admission_fails_the_read_by_name(tmp_path):
