@@ -38,6 +38,9 @@ class CommittedBatch:
     started_at: float
     committed_at: float
     num_rows: int
+    #: The first batch of a query run also pays for JVM warm-up and query start: its time
+    #: says little about throughput.
+    first_of_run: bool = False
 
     @property
     def duration_s(self) -> float:
@@ -49,7 +52,8 @@ class Decision:
     """The next batch may start at ``due_at`` and take at most ``max_rows`` rows.
 
     ``standing`` means the decision also holds for the batches after the next one, so a
-    source may run them back to back without waiting for a fresh decision.
+    source may run them back to back without waiting for a fresh decision: in backlog,
+    without min-pause, once the batch size no longer depends on the next measurement.
     """
 
     is_backlog: bool
@@ -72,6 +76,11 @@ class ThroughputEstimator:
     def observe(self, rows: int, seconds: float) -> None:
         if rows > 0 and seconds > 0:
             self._samples.append((rows, seconds))
+
+    @property
+    def settled(self) -> bool:
+        """Two measurements at least: enough to size batches without asking again each time."""
+        return len(self._samples) >= 2
 
     def rows_for(self, target_s: float) -> int | None:
         """Rows a batch can take to last about ``target_s``; None before any measurement."""
@@ -135,7 +144,8 @@ class CheckpointDecider:
         carried backlog runs the next one back to back, unless backlog has just started:
         then the live deadline already armed stands.
         """
-        self._throughput.observe(batch.num_rows, batch.duration_s)
+        if not batch.first_of_run:
+            self._throughput.observe(batch.num_rows, batch.duration_s)
         earliest = batch.committed_at + self._config.min_pause_s
         if job_is_backlog and self._backlog is not False:
             due = earliest
@@ -160,7 +170,9 @@ class CheckpointDecider:
             interval_s=checkpoint_interval(self._config, bool(self._backlog)),
             due_at=due_at,
             max_rows=self._batch_rows(),
-            standing=bool(self._backlog) and self._config.min_pause_s == 0,
+            standing=bool(self._backlog)
+            and self._config.min_pause_s == 0
+            and (self._throughput.settled or self._config.interval_during_backlog_s == 0),
         )
         return self._decision
 

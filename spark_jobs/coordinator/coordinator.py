@@ -61,6 +61,7 @@ class BacklogCoordinator:
         self.model = BacklogModel(graph.source_names() if graph else ())
         self.decider = CheckpointDecider(config, clock)
         self._backlog_sources: set[str] | None = None
+        self._runs: set[str] = set()
         self.last_progress: BatchProgress | None = None
 
     @property
@@ -87,7 +88,9 @@ class BacklogCoordinator:
             started_at=progress.started_at.timestamp(),
             committed_at=progress.committed_at.timestamp(),
             num_rows=progress.num_input_rows,
+            first_of_run=progress.run_id not in self._runs,
         )
+        self._runs.add(progress.run_id)
         decision = self.decider.on_batch_committed(batch, job_is_backlog)
         self._applier.apply(decision, progress)
         self._record_checkpoint(progress, job_is_backlog)
@@ -125,12 +128,16 @@ class BacklogCoordinator:
         )
 
     def _reason(self, before: set[str], now: set[str]) -> str:
-        """Which sources changed and by which rule: ``hybrid-phase: events entered landing``."""
+        """Which sources changed and by which rule: ``hybrid-phase: events is live (landing)``."""
         changed = sorted(now - before) if now else sorted(before - now)
         parts = []
         for name in changed:
             status = self.model.status(name)
-            what = "finished" if status.finished else f"entered {status.phase or 'a new phase'}"
+            if status.finished:
+                what = "finished"
+            else:
+                what = "is in backlog" if status.is_backlog else "is live"
+                what += f" ({status.phase})" if status.phase else ""
             parts.append(f"{status.rule or 'reported'}: {name} {what}")
         return "; ".join(parts)
 

@@ -78,7 +78,7 @@ class BacklogRuntime:
         self._listener: ProgressListener | None = None
         self._stop = threading.Event()
         self._cadence_s = self.config.interval_s
-        self.failure: str | None = None
+        self.started_with: list[TriggerSettings] = []
         logger.info("backlog-aware checkpointing: %s", self.config.describe())
 
     # --- starting --------------------------------------------------------------------------
@@ -125,6 +125,8 @@ class BacklogRuntime:
                     stop_gracefully(self.query)
                 logger.info("starting query with %s", settings)
                 self._start(build(settings).trigger(**settings.trigger))
+                self.started_with.append(settings)
+                self._cadence_s = settings.processing_time_s
             if self._wait_step(stop_when_idle_s, deadline):
                 break
 
@@ -163,8 +165,7 @@ class BacklogRuntime:
         return self.query
 
     def _on_terminated(self, exception: str | None) -> None:
-        if exception:
-            self.failure = exception
+        del exception  # await_termination raises it on the thread that owns the query
         self.recorder.flush(timeout_s=5)
 
     # --- running and stopping --------------------------------------------------------------

@@ -18,6 +18,8 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from pyspark.errors import StreamingQueryException
+
 from spark_jobs.backlog.config import ConfigError
 from spark_jobs.backlog.durations import DURATION_FORMAT, parse_duration
 from spark_jobs.jobs.launch import JavaMissing, prepare_driver_environment, require_java
@@ -184,6 +186,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, JavaMissing) as error:
         print(f"backlog-events-job: {error}", file=sys.stderr)
         return 2
+    except StreamingQueryException as error:
+        print(f"backlog-events-job: the query failed: {error}", file=sys.stderr)
+        return 1
     return 0
 
 

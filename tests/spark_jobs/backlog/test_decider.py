@@ -78,6 +78,25 @@ def test_backlog_batches_run_back_to_back_sized_from_measured_throughput():
     assert decision.max_rows == pytest.approx(9_500_000, rel=0.01)  # (10 s - 0.5 s) / 1 us
 
 
+def test_the_first_batch_of_a_run_is_not_taken_as_a_measurement():
+    clock = FakeClock()
+    decider = CheckpointDecider(config(interval="1s", interval_during_backlog="1min"), clock)
+    warm_up = committed(clock, 0, 12.0, 100_000)
+    first = CommittedBatch(0, warm_up.started_at, warm_up.committed_at, 100_000, first_of_run=True)
+    assert decider.on_batch_committed(first, job_is_backlog=True).max_rows == 100_000  # probe
+    decision = decider.on_batch_committed(committed(clock, 1, 0.5, 100_000), True)
+    assert decision.max_rows == 1_000_000
+
+
+def test_backlog_decisions_stand_once_throughput_is_settled():
+    clock = FakeClock()
+    decider = CheckpointDecider(config(interval="1s", interval_during_backlog="1min"), clock)
+    assert not decider.on_batch_committed(committed(clock, 0, 1.0, 1000), True).standing
+    assert decider.on_batch_committed(committed(clock, 1, 2.0, 4000), True).standing
+    unbounded = CheckpointDecider(config(interval="1s", interval_during_backlog="0"), clock)
+    assert unbounded.on_batch_committed(committed(clock, 0, 1.0, 1000), True).standing
+
+
 def test_backlog_batches_never_exceed_the_row_cap():
     clock = FakeClock()
     decider = CheckpointDecider(

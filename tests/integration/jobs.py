@@ -1,0 +1,266 @@
+"""Running the events pipeline as users do (console command, spark-submit) and checking its
+output against a batch recomputation over everything that was written."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.json as pa_json
+import sqlalchemy as sa
+
+import spark_jobs.jobs.events_pipeline as events_pipeline
+from spark_jobs.demo.data import EVENT_ARROW_SCHEMA
+from spark_jobs.metrics.schema import as_utc, backlog_checkpoints, backlog_transitions, make_engine
+
+SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
+
+
+@dataclass(frozen=True)
+class JobDirs:
+    root: Path
+
+    @property
+    def history(self) -> Path:
+        return self.root / "history"
+
+    @property
+    def landing(self) -> Path:
+        return self.root / "landing"
+
+    @property
+    def output(self) -> Path:
+        return self.root / "output"
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.root / "checkpoint"
+
+    @property
+    def metrics_dir(self) -> Path:
+        return self.root / "metrics"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"sqlite:///{self.metrics_dir}/metrics.db"
+
+    def args(self) -> list[str]:
+        return [
+            "--history",
+            str(self.history),
+            "--landing",
+            str(self.landing),
+            "--output",
+            str(self.output),
+            "--checkpoint",
+            str(self.checkpoint),
+        ]
+
+
+def base_conf(dirs: JobDirs, job: str, **conf: str) -> dict[str, str]:
+    return {
+        "spark.master": "local[2]",
+        "spark.ui.enabled": "false",
+        "spark.backlog.job-name": job,
+        "spark.backlog.metrics.url": dirs.metrics_url,
+        **{f"spark.backlog.checkpointing.{k.replace('_', '-')}": v for k, v in conf.items()},
+    }
+
+
+def _env() -> dict[str, str]:
+    return {
+        **os.environ,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+    }
+
+
+def console_job(dirs: JobDirs, conf: dict[str, str], *extra: str) -> subprocess.Popen:
+    """``backlog-events-job`` in its own process group, so a kill takes its JVM too."""
+    conf_args = [a for k, v in conf.items() for a in ("--conf", f"{k}={v}")]
+    command = [sys.executable, "-m", "spark_jobs.jobs.events_pipeline", *dirs.args(), *extra]
+    return _popen([*command, *conf_args], dirs, "console")
+
+
+def submitted_job(dirs: JobDirs, conf: dict[str, str], *extra: str) -> subprocess.Popen:
+    """``spark-submit <entry file>``: how Airflow's SparkSubmitOperator launches the job."""
+    conf_args = [a for k, v in conf.items() for a in ("--conf", f"{k}={v}")]
+    command = [str(SPARK_SUBMIT), *conf_args, events_pipeline.__file__, *dirs.args(), *extra]
+    return _popen(command, dirs, "submit")
+
+
+def _popen(command: Sequence[str], dirs: JobDirs, label: str) -> subprocess.Popen:
+    dirs.root.mkdir(parents=True, exist_ok=True)
+    path = dirs.root / f"{label}-{time.time_ns()}.log"
+    with path.open("w") as log:
+        process = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, env=_env(), start_new_session=True
+        )
+    process.log_path = path  # type: ignore[attr-defined]
+    return process
+
+
+def log_of(process: subprocess.Popen) -> str:
+    return process.log_path.read_text()  # type: ignore[attr-defined]
+
+
+def stay_alive(process: subprocess.Popen, seconds: float) -> None:
+    """Let the job run on for a while, failing if it dies meanwhile."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"job exited ({process.returncode}):\n{log_of(process)[-4000:]}")
+        time.sleep(0.2)
+
+
+def kill_hard(process: subprocess.Popen) -> None:
+    """SIGKILL the job and its JVM, as a lost machine would."""
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait(30)
+
+
+def wait_for(
+    condition: Callable[[], bool],
+    what: str,
+    timeout_s: float,
+    process: subprocess.Popen | None = None,
+) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        if process is not None and process.poll() is not None:
+            raise AssertionError(
+                f"job exited ({process.returncode}) before {what}:\n{log_of(process)[-4000:]}"
+            )
+        time.sleep(0.5)
+    tail = log_of(process)[-4000:] if process is not None else ""
+    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}\n{tail}")
+
+
+def finish(process: subprocess.Popen, timeout_s: float) -> str:
+    """Wait for a job that stops on its own; returns its log, failing on a non-zero exit."""
+    try:
+        process.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        kill_hard(process)
+        raise AssertionError(
+            f"job did not stop within {timeout_s:.0f} s:\n{log_of(process)[-4000:]}"
+        ) from None
+    text = log_of(process)
+    assert process.returncode == 0, f"job failed ({process.returncode}):\n{text[-6000:]}"
+    return text
+
+
+# --- the metrics tables ------------------------------------------------------------------
+
+
+def checkpoints(dirs: JobDirs) -> list[dict]:
+    return _rows(dirs, backlog_checkpoints, backlog_checkpoints.c.batch_id)
+
+
+def transitions(dirs: JobDirs) -> list[dict]:
+    return _rows(dirs, backlog_transitions, backlog_transitions.c.at)
+
+
+def _rows(dirs: JobDirs, table: sa.Table, order: sa.Column) -> list[dict]:
+    if not (dirs.metrics_dir / "metrics.db").exists():
+        return []
+    engine = make_engine(dirs.metrics_url)
+    try:
+        with engine.connect() as connection:
+            if not sa.inspect(connection).has_table(table.name):
+                return []
+            result = connection.execute(sa.select(table).order_by(order))
+            rows = [dict(r._mapping) for r in result]
+    except sa.exc.OperationalError:
+        return []  # the database is away for a moment
+    finally:
+        engine.dispose()
+    for row in rows:
+        for key in ("committed_at", "watermark", "at"):
+            if key in row:
+                row[key] = as_utc(row[key])
+    return rows
+
+
+def batch_starts(rows: list[dict]) -> list[float]:
+    return [r["committed_at"].timestamp() - r["batch_duration_ms"] / 1000 for r in rows]
+
+
+# --- exactly-once ------------------------------------------------------------------------
+
+
+def committed_output(output: Path) -> pd.DataFrame:
+    """The sink's rows as Spark's file sink commits them: only files its log lists."""
+    files: set[str] = set()
+    for log_file in sorted((output / "_spark_metadata").iterdir()):
+        if log_file.name.startswith("."):
+            continue
+        for line in log_file.read_text().splitlines()[1:]:
+            files.add(json.loads(line)["path"].removeprefix("file://"))
+    table = ds.dataset(sorted(files), format="parquet").to_table()
+    return _normalise(table.to_pandas())
+
+
+def all_input(dirs: JobDirs) -> pd.DataFrame:
+    parts = [ds.dataset(str(dirs.history), format="parquet").to_table()]
+    parse = pa_json.ParseOptions(explicit_schema=EVENT_ARROW_SCHEMA)
+    for path in sorted(dirs.landing.glob("*.json")):
+        parts.append(pa_json.read_json(path, parse_options=parse))
+    return pa.concat_tables(
+        [p.select(EVENT_ARROW_SCHEMA.names).cast(EVENT_ARROW_SCHEMA) for p in parts]
+    ).to_pandas()
+
+
+def recomputed_windows(dirs: JobDirs, window_s: float, watermark: datetime) -> pd.DataFrame:
+    """What the pipeline must have emitted: every window the final watermark has closed."""
+    events = all_input(dirs)
+    assert events["event_id"].is_unique, "the test input itself has duplicate event ids"
+    width = pd.Timedelta(seconds=window_s)
+    events["window_start"] = events["event_time"].dt.floor(width)
+    grouped = (
+        events.groupby(["window_start", "account"])
+        .agg(events=("event_id", "size"), amount=("amount", "sum"))
+        .reset_index()
+    )
+    grouped["window_end"] = grouped["window_start"] + width
+    closed = grouped[grouped["window_end"] <= pd.Timestamp(watermark)]
+    return _normalise(closed)
+
+
+def _normalise(frame: pd.DataFrame) -> pd.DataFrame:
+    frame = frame[["window_start", "window_end", "account", "events", "amount"]].copy()
+    for column in ("window_start", "window_end"):
+        frame[column] = pd.to_datetime(frame[column], utc=True).dt.as_unit("us")
+    frame["events"] = frame["events"].astype("int64")
+    frame["amount"] = frame["amount"].round(6)
+    return frame.sort_values(["window_start", "account"]).reset_index(drop=True)
+
+
+def assert_exactly_once(dirs: JobDirs, window_s: float) -> pd.DataFrame:
+    """The sink holds each closed window once, with exactly the batch recomputation's values."""
+    final = checkpoints(dirs)[-1]["watermark"]
+    assert final is not None
+    output = committed_output(dirs.output)
+    duplicated = output[output.duplicated(["window_start", "account"], keep=False)]
+    assert duplicated.empty, f"windows written twice:\n{duplicated}"
+    expected = recomputed_windows(dirs, window_s, final)
+    pd.testing.assert_frame_equal(output, expected)
+    return output
+
+
+def now() -> datetime:
+    return datetime.now(UTC)

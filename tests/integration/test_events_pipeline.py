@@ -1,0 +1,82 @@
+"""The real pipeline, launched with spark-submit: historical files, then live landing files."""
+
+import statistics
+
+from spark_jobs.demo.data import LiveProducer, history_range, write_history
+from tests.integration.jobs import (
+    JobDirs,
+    assert_exactly_once,
+    base_conf,
+    batch_starts,
+    checkpoints,
+    finish,
+    now,
+    stay_alive,
+    submitted_job,
+    transitions,
+    wait_for,
+)
+
+INTERVAL_S = 2.0
+
+
+def live_rows(dirs):
+    return [r for r in checkpoints(dirs) if not r["is_backlog"]]
+
+
+def test_backlog_then_live_exactly_once_with_a_metrics_outage(tmp_path):
+    dirs = JobDirs(tmp_path)
+    start, end = history_range(now())
+    first_live_id = write_history(dirs.history, 300_000, 30, start, end)
+    producer = LiveProducer(dirs.landing, first_live_id, events_per_s=400, file_every_s=0.25)
+    producer.start()
+    conf = base_conf(
+        dirs,
+        "pipeline",
+        interval=f"{INTERVAL_S:g}s",
+        interval_during_backlog="1min",
+        max_batch_rows="200000",
+    )
+    job = submitted_job(dirs, conf, "--stop-when-idle", "3s", "--timeout", "300s")
+    try:
+        wait_for(lambda: len(live_rows(dirs)) >= 4, "4 live checkpoints", 240, job)
+        # The metrics database goes away for a while and comes back: nothing may be lost.
+        away = dirs.metrics_dir.with_name("metrics-away")
+        dirs.metrics_dir.rename(away)
+        dirs.metrics_dir.write_text("not a directory")
+        stay_alive(job, 6)
+        dirs.metrics_dir.unlink()
+        away.rename(dirs.metrics_dir)
+        wait_for(lambda: len(live_rows(dirs)) >= 12, "12 live checkpoints", 120, job)
+    finally:
+        producer.stop()
+    log = finish(job, 120)
+
+    rows = checkpoints(dirs)
+    assert [r["batch_id"] for r in rows] == list(range(len(rows))), "a metrics row was lost"
+    phases = [r["is_backlog"] for r in rows]
+    backlog = [r for r in rows if r["is_backlog"]]
+    live = [r for r in rows if not r["is_backlog"]]
+    assert phases == [True] * len(backlog) + [False] * len(live)
+    assert {r["effective_interval_ms"] for r in backlog} == {60_000}
+    assert {r["effective_interval_ms"] for r in live} == {2_000}
+    assert "cannot write metrics" in log and "reachable again" in log
+
+    [transition] = transitions(dirs)
+    assert transition["is_backlog"] is False
+    assert transition["reason"] == "hybrid-phase: events is live (landing)"
+    assert transition["at"] == live[0]["committed_at"]
+
+    # Backlog: few, large batches; real time: one small batch per interval.
+    assert len(backlog) * 3 <= len(live)
+    steady = live[2:]
+    assert min(r["num_input_rows"] for r in backlog) >= 10 * max(
+        r["num_input_rows"] for r in steady
+    )
+    gaps = [b - a for a, b in zip(batch_starts(steady), batch_starts(steady)[1:], strict=False)]
+    assert all(0.5 * INTERVAL_S <= g <= 1.5 * INTERVAL_S for g in gaps), gaps
+    assert abs(statistics.median(gaps) - INTERVAL_S) <= 0.25 * INTERVAL_S
+
+    # Every input row was read once, and the sink equals a batch recomputation.
+    assert sum(r["num_input_rows"] for r in rows) == 300_000 + producer.stats.events
+    assert_exactly_once(dirs, window_s=10)
