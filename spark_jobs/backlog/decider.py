@@ -83,13 +83,21 @@ class ThroughputEstimator:
         return len(self._samples) >= 2
 
     def rows_for(self, target_s: float) -> int | None:
-        """Rows a batch can take to last about ``target_s``; None before any measurement."""
+        """Rows a batch can take to last about ``target_s``; None before any measurement.
+
+        A batch lasts at least twice its fixed cost: below that, smaller batches would not
+        checkpoint more often, only slower. Until a batch that long was measured, the data
+        part of small batches drowns in noise, so the size at least doubles each time.
+        """
         if not self._samples:
             return None
         overhead, cost = self._fit()
-        largest = max(rows for rows, _ in self._samples)
+        target_s = max(target_s, 2 * overhead)
         rows = (target_s - overhead) / cost
-        return round(max(1.0, min(rows, largest * MAX_EXTRAPOLATION)))
+        largest_rows, largest_s = max(self._samples)
+        if largest_s < target_s:
+            rows = max(rows, 2 * largest_rows)
+        return round(max(1.0, min(rows, largest_rows * MAX_EXTRAPOLATION)))
 
     def _fit(self) -> tuple[float, float]:
         rows = [float(r) for r, _ in self._samples]

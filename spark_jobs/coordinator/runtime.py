@@ -9,6 +9,7 @@ runtime.await_termination()
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import shutil
 import tempfile
@@ -68,8 +69,10 @@ class BacklogRuntime:
         self.config = config or BacklogConfig.from_spark_conf(conf, conf.get("spark.app.name"))
         self._clock = clock
         spark.dataSource.register(HybridDataSource)
-        job = self.config.job_name
-        spill = Path(tempfile.gettempdir(), "backlog-metrics-spill", f"{job}.jsonl")
+        # One spill file per job and database, so undelivered rows reach the right one.
+        database = hashlib.sha256(self.config.metrics_url.encode()).hexdigest()[:12]
+        spill_name = f"{self.config.job_name}-{database}.jsonl"
+        spill = Path(tempfile.gettempdir(), "backlog-metrics-spill", spill_name)
         self.recorder = MetricsWriter(self.config.metrics_url, spill_path=spill)
         self._channel_dir = Path(tempfile.mkdtemp(prefix=f"backlog-{self.config.job_name}-"))
         self._explicit_no_data_batches = NO_DATA_BATCHES in conf
@@ -210,6 +213,19 @@ class BacklogRuntime:
             return False
         return self._clock() - last.committed_at.timestamp() >= self._cadence_s + seconds
 
+    def _drain_progress(self, timeout_s: float = 10.0) -> None:
+        """Listener events arrive asynchronously: wait for the last committed batch's."""
+        last = self.query.lastProgress if self.query is not None else None
+        if last is None or self.coordinator is None:
+            return
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            seen = self.coordinator.last_progress
+            if seen is not None and seen.batch_id >= last["batchId"]:
+                return
+            time.sleep(0.05)
+        logger.warning("the progress of batch %s did not reach the coordinator", last["batchId"])
+
     def stop(self) -> None:
         """Ask the run to end after the current batch commits."""
         self._stop.set()
@@ -218,6 +234,7 @@ class BacklogRuntime:
         """Stop listening, deliver the remaining metrics, remove the channel."""
         if self.query is not None and self.query.isActive:
             stop_gracefully(self.query)
+        self._drain_progress()
         if self._listener is not None:
             self.spark.streams.removeListener(self._listener)
             self._listener = None

@@ -252,6 +252,33 @@ def test_estimator_without_spread_folds_the_fixed_cost_in():
     assert estimator.rows_for(2.0) == 200_000
 
 
+def test_a_target_below_the_fixed_cost_still_amortises_it_instead_of_shrinking_batches():
+    estimator = ThroughputEstimator()
+    estimator.observe(100, 1.68)  # measured on a slow machine: fixed cost about 1.3 s
+    estimator.observe(60, 1.54)
+    assert estimator.rows_for(1.0) == 380  # as many rows as the fixed cost takes (1.33 s)
+
+
+def test_batches_whose_data_time_drowns_in_noise_at_least_double():
+    estimator = ThroughputEstimator()
+    estimator.observe(100, 0.9)
+    estimator.observe(200, 0.8)  # more rows, less time: the fit says nothing
+    assert estimator.rows_for(1.0) == 400
+
+
+def test_backlog_under_a_short_interval_does_not_collapse_into_tiny_batches():
+    batches = simulate(
+        config(interval="1s", max_batch_rows="10000000"),
+        backlog_rows=3_000_000,
+        live_rows_per_s=100,
+        seconds=30,
+        overhead_s=0.8,
+        row_cost_s=3e-6,
+    )
+    backlog = [b.rows for b in batches if b.is_backlog][3:-1]  # the last one is the rest
+    assert backlog and min(backlog) >= 250_000  # 0.8 s of fixed cost is 266k rows' worth
+
+
 def test_estimator_does_not_extrapolate_beyond_ten_times_what_it_saw():
     estimator = ThroughputEstimator()
     estimator.observe(1000, 0.001)

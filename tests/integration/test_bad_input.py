@@ -1,0 +1,86 @@
+"""Bad input gets a clear error that names it, before work starts where possible, and a
+repaired input continues exactly once."""
+
+import subprocess
+import sys
+from datetime import timedelta
+
+from spark_jobs.demo.data import write_history, write_landing_file
+from tests.integration.jobs import (
+    JobDirs,
+    assert_exactly_once,
+    base_conf,
+    checkpoints,
+    console_job,
+    finish,
+    log_of,
+    now,
+)
+
+
+def test_invalid_configuration_fails_before_any_query_starts(tmp_path):
+    dirs = JobDirs(tmp_path)
+    conf = base_conf(dirs, "bad-conf", interval="10s", interval_during_backlog="5s")
+    conf["spark.backlog.checkpointing.max-batch-rows"] = "many"
+    job = console_job(dirs, conf)
+    assert job.wait(120) == 2
+    log = log_of(job)
+    assert (
+        "spark.backlog.checkpointing.interval-during-backlog = '5s' is invalid: it must be 0 "
+        "(no periodic checkpoint during backlog) or at least spark.backlog.checkpointing."
+        "interval (10s)" in log
+    )
+    assert "spark.backlog.checkpointing.max-batch-rows = 'many' is invalid" in log
+    assert not dirs.checkpoint.exists()
+    assert not dirs.output.exists()
+
+
+def test_invalid_arguments_are_refused_by_the_command_line():
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "spark_jobs.jobs.events_pipeline",
+            "--history",
+            "h",
+            "--landing",
+            "l",
+            "--output",
+            "o",
+            "--checkpoint",
+            "c",
+            "--window",
+            "10",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 2
+    assert "argument --window: '10': a unit is required" in result.stderr
+
+
+def test_a_malformed_file_is_named_and_after_repair_nothing_is_lost_or_doubled(tmp_path):
+    dirs = JobDirs(tmp_path)
+    start = now() - timedelta(hours=1)
+    write_history(dirs.history, 5000, 5, start, start + timedelta(minutes=30))
+    broken = dirs.history / "history-00002.parquet"
+    good_bytes = broken.read_bytes()
+    broken.write_bytes(b"PAR1 this is not a parquet file")
+    dirs.landing.mkdir()
+    conf = base_conf(dirs, "bad-file", interval="1s", max_batch_rows="1000")
+
+    job = console_job(dirs, conf, "--timeout", "120s")
+    assert job.wait(180) == 1
+    log = log_of(job)
+    assert f"cannot read parquet input file file://{broken}" in log
+    # Only rows before the broken file were committed (a batch reaching into it failed whole).
+    assert 0 < sum(r["num_input_rows"] for r in checkpoints(dirs)) <= 2000
+
+    broken.write_bytes(good_bytes)  # repaired in place
+    later = now()
+    write_landing_file(dirs.landing, "live-0.json", 5000, 40, later)
+    write_landing_file(dirs.landing, "live-1.json", 5040, 40, later + timedelta(seconds=30))
+    job = console_job(dirs, conf, "--stop-when-idle", "2s", "--timeout", "120s")
+    finish(job, 180)
+    assert sum(r["num_input_rows"] for r in checkpoints(dirs)) == 5080
+    assert_exactly_once(dirs, window_s=10)

@@ -1,0 +1,92 @@
+"""Restart-based mode on Spark's built-in file source: the trigger switches at the
+transition, and the output is exactly-once."""
+
+import itertools
+import json
+import threading
+import time
+
+import pyarrow.dataset as ds
+from pyspark.sql.streaming import DataStreamWriter
+
+from spark_jobs.backlog.config import BacklogConfig
+from spark_jobs.coordinator.appliers import TriggerSettings
+from spark_jobs.coordinator.file_source_probe import FileSourceProbe
+from spark_jobs.coordinator.runtime import BacklogRuntime
+from tests.integration.jobs import JobDirs, batch_starts, checkpoints, transitions
+
+
+def write_json_file(directory, index, rows):
+    lines = [json.dumps({"id": index * 1000 + i, "file": index}) for i in range(rows)]
+    temporary = directory / f".f{index:05d}.tmp"
+    temporary.write_text("\n".join(lines) + "\n")
+    temporary.rename(directory / f"f{index:05d}.json")
+
+
+def test_the_file_source_switches_its_trigger_at_the_transition(spark, tmp_path):
+    dirs = JobDirs(tmp_path)
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    for index in range(60):
+        write_json_file(inputs, index, 50)
+    config = BacklogConfig.from_spark_conf(
+        {
+            "spark.backlog.job-name": "file-source",
+            "spark.backlog.metrics.url": dirs.metrics_url,
+            "spark.backlog.checkpointing.interval": "1s",
+            "spark.backlog.checkpointing.interval-during-backlog": "1min",
+            "spark.backlog.file-source.pending-files-threshold": "5",
+        }
+    )
+    checkpoint = str(tmp_path / "checkpoint")
+
+    def build(settings: TriggerSettings) -> DataStreamWriter:
+        files = spark.readStream.schema("id BIGINT, file INT").options(**settings.source_options)
+        return (
+            files.json(str(inputs))
+            .writeStream.format("parquet")
+            .option("path", str(dirs.output))
+            .option("checkpointLocation", checkpoint)
+        )
+
+    def live_producer():
+        for index in range(60, 80):
+            write_json_file(inputs, index, 10)
+            time.sleep(0.5)
+
+    runtime = BacklogRuntime(spark, config)
+    probe = FileSourceProbe("files", str(inputs), checkpoint, config.pending_files_threshold)
+    producer = threading.Thread(target=live_producer)
+    producer.start()
+    try:
+        runtime.run_restart_based(build, probe, stop_when_idle_s=3, timeout_s=120)
+    finally:
+        producer.join()
+        runtime.close()
+
+    # Back to back with a files-per-trigger limit in backlog, then one batch per interval.
+    modes = [(s.is_backlog, s.processing_time_s) for s in runtime.started_with]
+    assert modes[0] == (True, 0.0) and modes[-1] == (False, 1.0)
+    assert modes.count((False, 1.0)) == 1
+    assert runtime.started_with[0].max_files_per_trigger == 10
+
+    rows = checkpoints(dirs)
+    backlog = [r for r in rows if r["is_backlog"]]
+    live = [r for r in rows if not r["is_backlog"]]
+    assert [r["is_backlog"] for r in rows] == [True] * len(backlog) + [False] * len(live)
+    [transition] = transitions(dirs)
+    assert transition["reason"].startswith("pending-files: files is live (")
+    steady = batch_starts(live[1:])
+    gaps = [b - a for a, b in itertools.pairwise(steady)]
+    assert gaps and all(0.5 <= g <= 1.5 for g in gaps), gaps
+
+    # Exactly once: every input row in the committed output, none twice.
+    committed = [
+        json.loads(line)["path"].removeprefix("file://")
+        for log in sorted((dirs.output / "_spark_metadata").glob("[0-9]*"))
+        for line in log.read_text().splitlines()[1:]
+    ]
+    ids = ds.dataset(sorted(set(committed)), format="parquet").to_table().column("id").to_pylist()
+    expected = [i * 1000 + r for i in range(60) for r in range(50)]
+    expected += [i * 1000 + r for i in range(60, 80) for r in range(10)]
+    assert sorted(ids) == sorted(expected)
