@@ -23,8 +23,10 @@ from spark_jobs.sources.gate import PlanChannel
 STALE_PLAN_GRACE_S = 10.0
 #: Files in the first backlog batch of a file-source query, before rows per file are known.
 PROBE_FILES = 10
-#: A backlog limit this many times off the current one is worth a restart.
-RESIZE_FACTOR = 2.0
+#: A backlog limit this many times above the current one is worth a restart; shrinking
+#: needs a larger factor, since a restart near the end of the backlog is mostly waste.
+GROW_FACTOR = 2.0
+SHRINK_FACTOR = 4.0
 
 
 class SourceGatedApplier:
@@ -107,7 +109,7 @@ class RestartApplier:
         if not wanted.is_backlog:
             return False
         old, new = current.max_files_per_trigger or 1, wanted.max_files_per_trigger or 1
-        return max(old, new) / min(old, new) >= RESIZE_FACTOR
+        return new >= old * GROW_FACTOR or new * SHRINK_FACTOR <= old
 
     def take_restart(self) -> TriggerSettings | None:
         """Settings to restart with, once; None when the query should keep running as is."""

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
@@ -41,13 +42,24 @@ logger = logging.getLogger(__name__)
 NO_DATA_BATCHES = "spark.sql.streaming.noDataMicroBatches.enabled"
 
 
+class QueryStart(NamedTuple):
+    """One start of a restart-based query: its settings and when (epoch seconds)."""
+
+    settings: TriggerSettings
+    at: float
+
+
 def trigger_tick_s(config: BacklogConfig) -> float:
     """How often Spark asks gated sources whether a batch is due: fine enough for the cadence."""
     return min(max(config.interval_s / 20, 0.05), 0.5)
 
 
-def stop_gracefully(query: StreamingQuery, timeout_s: float = 120.0) -> None:
-    """Stop between batches, right after a commit, rather than interrupting one."""
+def stop_gracefully(query: StreamingQuery, timeout_s: float = 60.0) -> None:
+    """Stop between batches if one ends within ``timeout_s``, else interrupt it.
+
+    Back-to-back batches leave no gap to stop in; an interrupted batch is redone from
+    the offset log after the restart, so exactly-once holds either way.
+    """
     deadline = time.monotonic() + timeout_s
     while query.isActive and query.status["isTriggerActive"] and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -81,7 +93,7 @@ class BacklogRuntime:
         self._listener: ProgressListener | None = None
         self._stop = threading.Event()
         self._cadence_s = self.config.interval_s
-        self.started_with: list[TriggerSettings] = []
+        self.started_with: list[QueryStart] = []
         logger.info("backlog-aware checkpointing: %s", self.config.describe())
 
     # --- starting --------------------------------------------------------------------------
@@ -125,10 +137,12 @@ class BacklogRuntime:
             settings = applier.take_restart()
             if settings is not None:
                 if self.query is not None:
-                    stop_gracefully(self.query)
+                    # Back to back there is no gap between batches to wait for.
+                    running = self.started_with[-1].settings
+                    stop_gracefully(self.query, timeout_s=running.processing_time_s)
                 logger.info("starting query with %s", settings)
                 self._start(build(settings).trigger(**settings.trigger))
-                self.started_with.append(settings)
+                self.started_with.append(QueryStart(settings, self._clock()))
                 self._cadence_s = settings.processing_time_s
             if self._wait_step(stop_when_idle_s, deadline):
                 break

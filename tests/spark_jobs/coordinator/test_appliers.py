@@ -40,6 +40,10 @@ def test_a_restart_is_asked_for_once_per_change_of_phase():
     assert applier.take_restart() is None
     applier.apply(decision(True, 2000))  # twice as many: worth it
     assert applier.take_restart() == TriggerSettings(True, 0.0, 20)
+    applier.apply(decision(True, 600))  # a third fewer: not worth a restart
+    assert applier.take_restart() is None
+    applier.apply(decision(True, 500))  # a quarter: worth it
+    assert applier.take_restart() == TriggerSettings(True, 0.0, 5)
     applier.apply(decision(False, 1000))
     assert applier.take_restart() == TriggerSettings(False, 5.0, 10)
     applier.apply(decision(False, 100_000))  # live limits never restart a live query
