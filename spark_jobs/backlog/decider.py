@@ -23,8 +23,6 @@ from spark_jobs.backlog.config import BacklogConfig, checkpoint_interval
 
 Clock = Callable[[], float]
 
-#: Before anything was measured, a backlog batch takes this share of the row cap.
-PROBE_SHARE = 10
 #: A size estimate may not exceed the largest measured batch by more than this factor.
 MAX_EXTRAPOLATION = 10
 _SAMPLES = 8
@@ -72,14 +70,20 @@ class ThroughputEstimator:
 
     def __init__(self) -> None:
         self._samples: deque[tuple[int, float]] = deque(maxlen=_SAMPLES)
+        self._warm_up: tuple[int, float] | None = None
 
-    def observe(self, rows: int, seconds: float) -> None:
+    def observe(self, rows: int, seconds: float, *, warm_up: bool = False) -> None:
+        """Record a batch; a warm-up batch only stands in until a regular one is measured,
+        as a pessimistic bound (its time includes the warm-up)."""
         if rows > 0 and seconds > 0:
-            self._samples.append((rows, seconds))
+            if warm_up:
+                self._warm_up = (rows, seconds)
+            else:
+                self._samples.append((rows, seconds))
 
     @property
     def settled(self) -> bool:
-        """Two measurements at least: enough to size batches without asking again each time."""
+        """Two regular measurements: enough to size batches without asking again each time."""
         return len(self._samples) >= 2
 
     def rows_for(self, target_s: float) -> int | None:
@@ -90,7 +94,10 @@ class ThroughputEstimator:
         part of small batches drowns in noise, so the size at least doubles each time.
         """
         if not self._samples:
-            return None
+            if self._warm_up is None:
+                return None
+            rows, seconds = self._warm_up
+            return max(1, round(rows * target_s / seconds))
         overhead, cost = self._fit()
         target_s = max(target_s, 2 * overhead)
         rows = (target_s - overhead) / cost
@@ -124,15 +131,14 @@ class CheckpointDecider:
         self._throughput = ThroughputEstimator()
         # None until the first status arrives: the first report is not a switch.
         self._backlog: bool | None = None
-        cap = config.max_batch_rows
-        # Nothing is known at start: the first batch may start at once, and unless
-        # backlog batches are unbounded in time it is a small probe to measure speed.
-        first_rows = cap if config.interval_during_backlog_s == 0 else max(1, cap // PROBE_SHARE)
+        # Nothing is known at start: the first batch may start at once and take up to the
+        # row cap. Its time includes the run's warm-up, so a smaller probe would measure
+        # nothing more and only add a checkpoint.
         self._decision = Decision(
             is_backlog=False,
             interval_s=config.interval_s,
             due_at=clock(),
-            max_rows=first_rows,
+            max_rows=config.max_batch_rows,
             standing=False,
         )
 
@@ -152,8 +158,7 @@ class CheckpointDecider:
         carried backlog runs the next one back to back, unless backlog has just started:
         then the live deadline already armed stands.
         """
-        if not batch.first_of_run:
-            self._throughput.observe(batch.num_rows, batch.duration_s)
+        self._throughput.observe(batch.num_rows, batch.duration_s, warm_up=batch.first_of_run)
         earliest = batch.committed_at + self._config.min_pause_s
         if job_is_backlog and self._backlog is not False:
             due = earliest
@@ -190,4 +195,4 @@ class CheckpointDecider:
         if not self._backlog or target_s is None:
             return cap
         estimate = self._throughput.rows_for(target_s)
-        return max(1, cap // PROBE_SHARE) if estimate is None else min(cap, estimate)
+        return cap if estimate is None else min(cap, estimate)

@@ -1,0 +1,194 @@
+"""What a run did, read back from the metrics tables: phases, cadence, freshness, a chart."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from spark_jobs.metrics.schema import as_utc, backlog_checkpoints, backlog_transitions, make_engine
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """One committed micro-batch, with what the pipeline observed about its events."""
+
+    batch_id: int
+    started_at: float
+    committed_at: float
+    is_backlog: bool
+    rows: int
+    files_behind: int | None
+    event_time_quantiles_s: tuple[float, ...]
+
+    @property
+    def duration_s(self) -> float:
+        return self.committed_at - self.started_at
+
+
+def load(url: str, job: str) -> tuple[list[Checkpoint], list[dict]]:
+    """Checkpoints (by batch) and transitions of one job."""
+    engine = make_engine(url)
+    try:
+        with engine.connect() as connection:
+            rows = connection.execute(
+                sa.select(backlog_checkpoints)
+                .where(backlog_checkpoints.c.job_name == job)
+                .order_by(backlog_checkpoints.c.batch_id)
+            ).all()
+            changes = connection.execute(
+                sa.select(backlog_transitions)
+                .where(backlog_transitions.c.job_name == job)
+                .order_by(backlog_transitions.c.at)
+            ).all()
+    finally:
+        engine.dispose()
+    return [_checkpoint(r._mapping) for r in rows], [dict(r._mapping) for r in changes]
+
+
+def _checkpoint(row: sa.RowMapping) -> Checkpoint:
+    committed = _epoch(row["committed_at"])
+    lags = [s.get("lag", {}).get("files_behind") for s in json.loads(row["sources"])]
+    observed = json.loads(row["observed_metrics"] or "{}").get("event_time", {})
+    quantiles = tuple(ms / 1000 for ms in observed.get("quantiles_ms") or ())
+    return Checkpoint(
+        batch_id=row["batch_id"],
+        started_at=committed - row["batch_duration_ms"] / 1000,
+        committed_at=committed,
+        is_backlog=row["is_backlog"],
+        rows=row["num_input_rows"],
+        files_behind=next((lag for lag in lags if lag is not None), None),
+        event_time_quantiles_s=quantiles if observed.get("rows") else (),
+    )
+
+
+def _epoch(value: datetime | str) -> float:
+    moment = as_utc(value)
+    assert moment is not None
+    return moment.timestamp()
+
+
+@dataclass(frozen=True)
+class PhaseStats:
+    checkpoints: int
+    duration_s: float
+    rows: int
+
+    @property
+    def rows_per_s(self) -> float:
+        return self.rows / self.duration_s if self.duration_s > 0 else 0.0
+
+
+def phase_stats(checkpoints: Sequence[Checkpoint]) -> PhaseStats:
+    """From the start of the phase's first batch to the commit of its last."""
+    if not checkpoints:
+        return PhaseStats(0, 0.0, 0)
+    duration = checkpoints[-1].committed_at - checkpoints[0].started_at
+    return PhaseStats(len(checkpoints), duration, sum(c.rows for c in checkpoints))
+
+
+def caught_up(checkpoints: Sequence[Checkpoint]) -> list[Checkpoint]:
+    """Steady real time: the live checkpoints after the first one that left nothing behind.
+
+    That first one still carries what piled up before (backlog or a per-batch limit).
+    """
+    live = [c for c in checkpoints if not c.is_backlog]
+    for index, checkpoint in enumerate(live):
+        if checkpoint.files_behind == 0:
+            return live[index + 1 :]
+    return []
+
+
+def freshness_s(checkpoints: Sequence[Checkpoint]) -> list[tuple[float, float]]:
+    """(seconds from event to commit, weight) pairs, from each batch's event-time quantiles."""
+    samples = []
+    for checkpoint in checkpoints:
+        quantiles = checkpoint.event_time_quantiles_s
+        for event_time in quantiles:
+            samples.append((checkpoint.committed_at - event_time, checkpoint.rows / len(quantiles)))
+    return samples
+
+
+def weighted_percentile(samples: Sequence[tuple[float, float]], fraction: float) -> float:
+    if not samples:
+        return float("nan")
+    ordered = sorted(samples)
+    total = sum(weight for _, weight in ordered)
+    running = 0.0
+    for value, weight in ordered:
+        running += weight
+        if running >= fraction * total:
+            return value
+    return ordered[-1][0]
+
+
+def cadence_s(checkpoints: Sequence[Checkpoint]) -> list[float]:
+    """Time between the starts of consecutive batches."""
+    starts = [c.started_at for c in checkpoints]
+    return [b - a for a, b in itertools.pairwise(starts)]
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def plot_timeline(runs: Sequence[tuple[str, Sequence[Checkpoint]]], path: Path, title: str) -> Path:
+    """One panel per run: batch sizes over time (log scale), backlog shaded, checkpoints as
+    ticks, and the freshness of each batch's events on a second axis."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(
+        len(runs), 1, figsize=(12, 3.6 * len(runs)), squeeze=False, sharex=False
+    )
+    for axis, (label, checkpoints) in zip(axes[:, 0], runs, strict=True):
+        if not checkpoints:
+            axis.set_title(f"{label}: no checkpoints")
+            continue
+        origin = checkpoints[0].started_at
+        backlog = [c for c in checkpoints if c.is_backlog]
+        if backlog:
+            axis.axvspan(
+                0, backlog[-1].committed_at - origin, color="#f4d6a0", alpha=0.6, label="backlog"
+            )
+        for checkpoint in checkpoints:
+            axis.bar(
+                checkpoint.started_at - origin,
+                max(checkpoint.rows, 1),
+                width=max(checkpoint.duration_s, 0.05),
+                align="edge",
+                color="#b5651d" if checkpoint.is_backlog else "#2b7bb9",
+            )
+            axis.axvline(checkpoint.committed_at - origin, color="#555555", lw=0.4, alpha=0.5)
+        axis.set_yscale("log")
+        axis.set_ylabel("rows per batch")
+        axis.set_xlabel("seconds since the first batch started (grey lines: checkpoints)")
+        axis.set_title(label)
+        fresh = [
+            (
+                c.committed_at - origin,
+                median([c.committed_at - t for t in c.event_time_quantiles_s]),
+            )
+            for c in checkpoints
+            if not c.is_backlog and c.event_time_quantiles_s
+        ]
+        if fresh:
+            twin = axis.twinx()
+            twin.plot(*zip(*fresh, strict=True), ".-", color="#2ca02c", lw=1, ms=3)
+            twin.set_yscale("log")
+            twin.set_ylabel("live freshness p50 (s)", color="#2ca02c")
+        axis.legend(loc="upper right")
+    figure.suptitle(title)
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
