@@ -11,7 +11,12 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from spark_jobs.backlog.durations import DURATION_FORMAT, format_duration, parse_duration
+from spark_jobs.backlog.values import (
+    DURATION_FORMAT,
+    format_duration,
+    parse_count,
+    parse_duration,
+)
 
 PREFIX = "spark.backlog."
 INTERVAL = "spark.backlog.checkpointing.interval"
@@ -100,11 +105,11 @@ class BacklogConfig:
 
         def positive_int(key: str) -> int:
             value = raw(key) or ""
-            digits = value.replace("_", "")
-            if not digits.isdigit() or int(digits) <= 0:
-                problems.append(f"{key} = {value!r} is invalid: expected a whole number above 0")
+            try:
+                return parse_count(value)
+            except ValueError as error:
+                problems.append(f"{key} = {value!r} is invalid: {error}")
                 return 1
-            return int(digits)
 
         def name(key: str, fallback: str | None) -> str:
             value = raw(key) or fallback

@@ -4,7 +4,7 @@ Pure, like Flink's ``CheckpointRequestDecider``: it is told about committed batc
 status changes, reads time only from the injected clock, and returns decisions. The
 coordinator owns the timers, the I/O and Spark.
 
-Translation of FLIP-309 to micro-batches (see the spec):
+Translation of FLIP-309 to micro-batches (the README has the reasoning):
 - backlog: batches back to back, each sized from the measured throughput to take about
   ``interval-during-backlog``; with ``0`` the largest batch the row cap allows;
 - real time: one batch per ``interval`` (start to start) with everything that arrived;
@@ -64,7 +64,7 @@ class Decision:
 class ThroughputEstimator:
     """Fits ``duration = overhead + rows * cost`` over recent batches.
 
-    Every micro-batch has a fixed cost (0.15-0.45 s measured) besides its data, so a
+    Every micro-batch has a fixed cost (0.15-0.9 s measured) besides its data, so a
     plain rows/second rate would underestimate how much a longer batch can take.
     """
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from spark_jobs.backlog.config import BacklogConfig
 from spark_jobs.backlog.decider import Decision
 from spark_jobs.backlog.plan import TriggerPlan
+from spark_jobs.backlog.values import processing_time
 from spark_jobs.coordinator.progress import BatchProgress
 from spark_jobs.sources.gate import PlanChannel
 
@@ -62,7 +63,7 @@ class TriggerSettings:
     @property
     def trigger(self) -> dict[str, str]:
         """Keyword arguments for ``DataStreamWriter.trigger``."""
-        return {"processingTime": f"{round(self.processing_time_s * 1000)} milliseconds"}
+        return {"processingTime": processing_time(self.processing_time_s)}
 
     @property
     def source_options(self) -> dict[str, str]:

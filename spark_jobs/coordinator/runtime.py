@@ -24,6 +24,7 @@ from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 from spark_jobs.backlog.config import BacklogConfig
 from spark_jobs.backlog.graph import OperatorGraph
+from spark_jobs.backlog.values import processing_time
 from spark_jobs.coordinator.appliers import (
     RecordOnlyApplier,
     RestartApplier,
@@ -108,14 +109,15 @@ class BacklogRuntime:
         """Start a query whose hybrid sources follow the coordinator, without restarts."""
         applier = SourceGatedApplier(PlanChannel(self._channel_dir), self.config)
         self._coordinate(applier, graph=graph).start()
-        tick_ms = round(trigger_tick_s(self.config) * 1000)
-        return self._start(writer.trigger(processingTime=f"{tick_ms} milliseconds"))
+        return self._start(
+            writer.trigger(processingTime=processing_time(trigger_tick_s(self.config)))
+        )
 
     def start_static(self, writer: DataStreamWriter, trigger_s: float) -> StreamingQuery:
         """Start with a fixed trigger the coordinator only records: the hand-set baseline."""
         self._coordinate(RecordOnlyApplier()).start()
         self._cadence_s = trigger_s
-        return self._start(writer.trigger(processingTime=f"{round(trigger_s * 1000)} milliseconds"))
+        return self._start(writer.trigger(processingTime=processing_time(trigger_s)))
 
     def run_restart_based(
         self,

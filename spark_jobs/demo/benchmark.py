@@ -49,11 +49,13 @@ class Result:
     live_checkpoints_measured: int
 
 
-def setups(interval_s: float, backlog_interval_s: float, live_rows_per_batch: int) -> list[Setup]:
+def setups(
+    interval_s: float, backlog_interval_s: float, live_rows_per_batch: int, max_batch_rows: int
+) -> list[Setup]:
     aware = {
         "spark.backlog.checkpointing.interval": f"{interval_s:g}s",
         "spark.backlog.checkpointing.interval-during-backlog": f"{backlog_interval_s:g}s",
-        "spark.backlog.checkpointing.max-batch-rows": "1000000",
+        "spark.backlog.checkpointing.max-batch-rows": str(max_batch_rows),
     }
     return [
         Setup(
@@ -108,6 +110,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--live-events-per-s", type=int, default=2000)
     parser.add_argument("--interval", type=float, default=1.0, help="seconds")
     parser.add_argument("--interval-during-backlog", type=float, default=30.0, help="seconds")
+    parser.add_argument(
+        "--max-batch-rows", type=int, default=500_000, help="the memory bound of backlog-aware"
+    )
     args = parser.parse_args(argv)
     try:
         require_java()
@@ -122,8 +127,11 @@ def main(argv: list[str] | None = None) -> int:
     # "Sized for live data": room for four intervals' worth of arrivals per batch.
     live_rows = 4 * round(args.live_events_per_s * args.interval)
     results, timelines = [], []
-    for setup in setups(args.interval, args.interval_during_backlog, live_rows):
-        window_s = max(40.0, 3 * setup.cadence_s)
+    configurations = setups(
+        args.interval, args.interval_during_backlog, live_rows, args.max_batch_rows
+    )
+    for setup in configurations:
+        window_s = max(60.0, 3 * setup.cadence_s)
         run = Run(
             setup.name,
             workdir / setup.name,
@@ -145,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         "freshness_p50_ratio_vs_static_short": aware.freshness_p50_s / short.freshness_p50_s,
         "freshness_p50_gain_vs_static_long": long.freshness_p50_s / aware.freshness_p50_s,
         "backlog_checkpoints": {r.name: r.backlog_checkpoints for r in results},
+        "drain_s": {r.name: round(r.drain_s, 1) for r in results},
         "events": args.events,
         "live_events_per_s": args.live_events_per_s,
     }

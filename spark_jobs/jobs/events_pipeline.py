@@ -19,9 +19,13 @@ import sys
 from collections.abc import Sequence
 
 from pyspark.errors import StreamingQueryException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from spark_jobs.backlog.config import ConfigError
-from spark_jobs.backlog.durations import DURATION_FORMAT, parse_duration
+from spark_jobs.backlog.values import DURATION_FORMAT, parse_count, parse_duration, processing_time
+from spark_jobs.coordinator.plan_graph import operator_graph
+from spark_jobs.coordinator.runtime import BacklogRuntime
 from spark_jobs.jobs.launch import JavaMissing, prepare_driver_environment, require_java
 
 logger = logging.getLogger("spark_jobs.jobs.events_pipeline")
@@ -45,9 +49,10 @@ def _duration(text: str) -> float:
 
 
 def _positive(text: str) -> int:
-    if not text.isdigit() or int(text) <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number above 0")
-    return int(text)
+    try:
+        return parse_count(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"{text!r}: {error}") from None
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -110,13 +115,49 @@ def hybrid_children(args: argparse.Namespace) -> str:
     )
 
 
+def read_events(
+    spark: SparkSession, runtime: BacklogRuntime, args: argparse.Namespace
+) -> DataFrame:
+    """The hybrid source, observed: each batch's event-time quantiles measure freshness."""
+    reader = (
+        spark.readStream.format("hybrid")
+        .schema(EVENT_SCHEMA)
+        .option("name", "events")
+        .option("sources", hybrid_children(args))
+        .option("stateLocation", f"{args.checkpoint.rstrip('/')}/hybrid")
+    )
+    if args.static_trigger is None:
+        reader = reader.options(**runtime.source_options())
+    elif args.static_max_rows:
+        reader = reader.option("maxRowsPerTrigger", str(args.static_max_rows))
+    event_ms = F.unix_millis("event_time")
+    return reader.load().observe(
+        "event_time",
+        F.count(F.lit(1)).alias("rows"),
+        F.min(event_ms).alias("min_ms"),
+        F.max(event_ms).alias("max_ms"),
+        F.percentile_approx(event_ms, list(FRESHNESS_QUANTILES), 1000).alias("quantiles_ms"),
+    )
+
+
+def windowed_totals(events: DataFrame, args: argparse.Namespace) -> DataFrame:
+    """Events and amounts per account and event-time window, emitted once the window closes."""
+    window = F.window("event_time", processing_time(args.window))
+    return (
+        events.withWatermark("event_time", processing_time(args.watermark))
+        .groupBy(window, "account")
+        .agg(F.count("*").alias("events"), F.sum("amount").alias("amount"))
+        .select(
+            F.col("window.start").alias("window_start"),
+            F.col("window.end").alias("window_end"),
+            "account",
+            "events",
+            "amount",
+        )
+    )
+
+
 def run(args: argparse.Namespace) -> None:
-    from pyspark.sql import SparkSession
-    from pyspark.sql import functions as F
-
-    from spark_jobs.coordinator.plan_graph import operator_graph
-    from spark_jobs.coordinator.runtime import BacklogRuntime
-
     builder = SparkSession.builder.appName("backlog-events")
     for item in args.conf:
         key, value = item.split("=", 1)
@@ -128,37 +169,7 @@ def run(args: argparse.Namespace) -> None:
             spark.conf.set(key, value)
         spark.conf.set("spark.sql.shuffle.partitions", str(args.shuffle_partitions))
         spark.conf.set("spark.sql.session.timeZone", "UTC")
-        reader = (
-            spark.readStream.format("hybrid")
-            .schema(EVENT_SCHEMA)
-            .option("name", "events")
-            .option("sources", hybrid_children(args))
-            .option("stateLocation", f"{args.checkpoint.rstrip('/')}/hybrid")
-        )
-        if args.static_trigger is None:
-            reader = reader.options(**runtime.source_options())
-        elif args.static_max_rows:
-            reader = reader.option("maxRowsPerTrigger", str(args.static_max_rows))
-        event_ms = F.unix_millis("event_time")
-        events = reader.load().observe(
-            "event_time",
-            F.count(F.lit(1)).alias("rows"),
-            F.min(event_ms).alias("min_ms"),
-            F.max(event_ms).alias("max_ms"),
-            F.percentile_approx(event_ms, list(FRESHNESS_QUANTILES), 1000).alias("quantiles_ms"),
-        )
-        windows = (
-            events.withWatermark("event_time", f"{round(args.watermark * 1000)} milliseconds")
-            .groupBy(F.window("event_time", f"{round(args.window * 1000)} milliseconds"), "account")
-            .agg(F.count("*").alias("events"), F.sum("amount").alias("amount"))
-            .select(
-                F.col("window.start").alias("window_start"),
-                F.col("window.end").alias("window_end"),
-                "account",
-                "events",
-                "amount",
-            )
-        )
+        windows = windowed_totals(read_events(spark, runtime, args), args)
         writer = (
             windows.writeStream.format("parquet")
             .outputMode("append")

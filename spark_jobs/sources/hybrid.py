@@ -36,6 +36,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from spark_jobs.backlog.values import parse_count
 from spark_jobs.sources.children import (
     ChildSource,
     ChildSpecError,
@@ -105,9 +106,10 @@ def _positive_int(options: Mapping[str, str], key: str) -> int | None:
     value = options.get(key.lower())
     if value is None:
         return None
-    if not value.strip().isdigit() or int(value) <= 0:
-        raise HybridOptionError(f"option {key!r} = {value!r} must be a whole number above 0")
-    return int(value)
+    try:
+        return parse_count(value)
+    except ValueError as error:
+        raise HybridOptionError(f"option {key!r} = {value!r}: {error}") from None
 
 
 class HybridStreamReader(DataSourceStreamReader):

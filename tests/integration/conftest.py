@@ -9,7 +9,7 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def spark():
     from pyspark.sql import SparkSession
 

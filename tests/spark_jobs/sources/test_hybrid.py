@@ -205,7 +205,7 @@ def test_a_gated_source_without_a_plan_says_where_it_looked(data):
             "names must be unique",
         ),
         ({"stateLocation": None}, "needs the option 'stateLocation'"),
-        ({"maxRowsPerTrigger": "0"}, "'maxRowsPerTrigger' = '0' must be a whole number above 0"),
+        ({"maxRowsPerTrigger": "0"}, "'maxRowsPerTrigger' = '0': expected a whole number above 0"),
         ({"maxRowsPerTrigger": "5", "maxFilesPerTrigger": "1"}, "exclude each other"),
         ({"name": "my source"}, "option 'name' = 'my source'"),
     ],

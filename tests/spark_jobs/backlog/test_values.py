@@ -1,6 +1,6 @@
 import pytest
 
-from spark_jobs.backlog.durations import format_duration, parse_duration
+from spark_jobs.backlog.values import format_duration, parse_count, parse_duration, processing_time
 
 
 @pytest.mark.parametrize(
@@ -48,3 +48,19 @@ def test_rejects_with_the_accepted_format(text, message):
 def test_formats_back_exactly(seconds, text):
     assert format_duration(seconds) == text
     assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize(("text", "count"), [("1", 1), ("1_000_000", 1_000_000), (" 42 ", 42)])
+def test_counts(text, count):
+    assert parse_count(text) == count
+
+
+@pytest.mark.parametrize("text", ["0", "-3", "1e6", "many", ""])
+def test_counts_must_be_whole_and_above_zero(text):
+    with pytest.raises(ValueError, match="expected a whole number above 0"):
+        parse_count(text)
+
+
+def test_processing_time_is_in_milliseconds():
+    assert processing_time(0.05) == "50 milliseconds"
+    assert processing_time(30) == "30000 milliseconds"

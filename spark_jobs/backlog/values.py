@@ -1,4 +1,4 @@
-"""Durations as users write them in Spark conf: ``500ms``, ``30s``, ``30min``, ``1h``."""
+"""Values as users write them: durations (``500ms``, ``30s``, ``30min``, ``1h``) and counts."""
 
 from __future__ import annotations
 
@@ -59,3 +59,16 @@ def format_duration(seconds: float) -> str:
     if seconds < 1:
         return f"{round(seconds * 1000, 3):g}ms"
     return f"{seconds:g}s"
+
+
+def parse_count(text: str) -> int:
+    """A whole number above zero (``_`` may group digits); ValueError says what is allowed."""
+    digits = text.strip().replace("_", "")
+    if not digits.isdigit() or int(digits) <= 0:
+        raise ValueError("expected a whole number above 0")
+    return int(digits)
+
+
+def processing_time(seconds: float) -> str:
+    """A duration as ``DataStreamWriter.trigger(processingTime=...)`` takes it."""
+    return f"{round(seconds * 1000)} milliseconds"

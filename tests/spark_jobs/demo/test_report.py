@@ -1,0 +1,105 @@
+import json
+from datetime import UTC, datetime
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from spark_jobs.demo.report import (
+    Checkpoint,
+    cadence_s,
+    caught_up,
+    freshness_s,
+    load,
+    phase_stats,
+    plot_timeline,
+    weighted_percentile,
+)
+from spark_jobs.metrics.schema import CheckpointRow, TransitionRow
+from spark_jobs.metrics.writer import MetricsWriter
+
+T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
+
+
+def checkpoint(batch_id, start, seconds, backlog, rows, behind=0, quantiles=()):
+    return Checkpoint(batch_id, start, start + seconds, backlog, rows, behind, tuple(quantiles))
+
+
+def test_load_reads_back_what_the_coordinator_wrote(tmp_path):
+    url = f"sqlite:///{tmp_path}/m.db"
+    sources = [{"name": "events", "is_backlog": False, "lag": {"files_behind": 2}}]
+    observed = {"event_time": {"rows": 10, "quantiles_ms": [1_000, 2_000]}}
+    with MetricsWriter(url) as writer:
+        writer.record_checkpoint(
+            CheckpointRow(
+                "j",
+                "r",
+                7,
+                T0,
+                False,
+                1000,
+                10,
+                1500,
+                None,
+                json.dumps(sources),
+                json.dumps(observed),
+            )
+        )
+        writer.record_transition(TransitionRow("j", "r", T0, False, "hybrid-phase: x"))
+        writer.record_checkpoint(
+            CheckpointRow("other", "r", 1, T0, True, None, 5, 10, None, "[]", None)
+        )
+    [loaded], [transition] = load(url, "j")
+    assert loaded == Checkpoint(7, T0.timestamp() - 1.5, T0.timestamp(), False, 10, 2, (1.0, 2.0))
+    assert transition["reason"] == "hybrid-phase: x"
+
+
+def test_phase_stats_span_first_start_to_last_commit():
+    stats = phase_stats([checkpoint(0, 100, 5, True, 600), checkpoint(1, 105, 5, True, 400)])
+    assert (stats.checkpoints, stats.duration_s, stats.rows, stats.rows_per_s) == (2, 10, 1000, 100)
+    assert phase_stats([]).rows_per_s == 0
+
+
+def test_steady_real_time_starts_after_the_batch_that_caught_up():
+    batches = [
+        checkpoint(0, 0, 5, True, 10**6),
+        checkpoint(1, 5, 1, False, 9000, behind=30),
+        checkpoint(2, 6, 1, False, 9000, behind=0),  # still carries the pile-up
+        checkpoint(3, 7, 1, False, 2000, behind=0),
+        checkpoint(4, 8, 1, False, 2000, behind=1),
+    ]
+    assert [c.batch_id for c in caught_up(batches)] == [3, 4]
+    assert caught_up(batches[:2]) == []
+
+
+def test_freshness_weighs_each_batch_by_its_rows():
+    small = checkpoint(0, 10, 1, False, 100, quantiles=[10.0, 10.5])  # commit at 11
+    large = checkpoint(1, 20, 1, False, 900, quantiles=[17.0, 18.0])  # commit at 21
+    samples = freshness_s([small, large])
+    assert samples == [(1.0, 50.0), (0.5, 50.0), (4.0, 450.0), (3.0, 450.0)]
+    assert weighted_percentile(samples, 0.5) == 3.0
+    assert weighted_percentile(samples, 0.05) == 0.5
+    assert weighted_percentile(samples, 0.95) == 4.0
+
+
+def test_cadence_is_start_to_start():
+    batches = [checkpoint(i, start, 0.4, False, 1) for i, start in enumerate([0, 2, 4.5])]
+    assert cadence_s(batches) == pytest.approx([2, 2.5])
+
+
+def test_the_timeline_chart_is_a_png(tmp_path):
+    batches = [
+        checkpoint(0, 0, 5, True, 10**6),
+        checkpoint(1, 5, 1, False, 2000, quantiles=[4.0, 4.5]),
+    ]
+    path = plot_timeline([("run", batches), ("empty", [])], tmp_path / "t.png", "title")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert path.stat().st_size > 10_000
+
+
+def test_times_cross_the_database_as_utc(tmp_path):
+    url = f"sqlite:///{tmp_path}/m.db"
+    local = T0.astimezone(ZoneInfo("America/New_York"))
+    with MetricsWriter(url) as writer:
+        writer.record_checkpoint(CheckpointRow("j", "r", 0, local, True, 1, 1, 0, None, "[]", None))
+    [loaded], _ = load(url, "j")
+    assert loaded.committed_at == T0.timestamp()
