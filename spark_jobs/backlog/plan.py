@@ -13,6 +13,9 @@ from typing import Any
 
 from spark_jobs.backlog.decider import Decision
 
+#: A source waits this long beyond the interval for a plan before going on without one.
+STALE_GRACE_S = 10.0
+
 
 @dataclass(frozen=True)
 class TriggerPlan:
@@ -23,16 +26,15 @@ class TriggerPlan:
     exactly there. A source that has moved on since (a batch the coordinator has not seen
     yet) waits for the next plan, so batches never run ahead of the decisions. A
     ``standing`` plan (backlog, back to back) releases from any offset still in backlog.
-    A plan with no ``starts`` (the first one) releases one batch per source. If no newer
-    plan comes within ``stale_after_s`` of a release (the coordinator is gone), batches
-    continue at that cadence rather than stopping the job.
+    A plan with no ``starts`` (the first one) releases one batch per source. If a source
+    has waited ``stale_after_s`` at one offset without a plan for it (the coordinator is
+    gone), it goes on at that cadence rather than stopping the job.
     """
 
     seq: int
     due_at: float
     max_rows: int
     standing: bool
-    is_backlog: bool
     stale_after_s: float
     starts: dict[str, Any] | None = None
 
@@ -49,29 +51,25 @@ class TriggerPlan:
             due_at=decision.due_at,
             max_rows=decision.max_rows,
             standing=decision.standing,
-            is_backlog=decision.is_backlog,
             stale_after_s=stale_after_s,
             starts=starts,
         )
 
     def releases(
-        self,
-        now: float,
-        start: dict[str, Any],
-        last_seq: int | None,
-        last_release_at: float | None,
+        self, now: float, start: dict[str, Any], last_seq: int | None, waiting_since: float
     ) -> bool:
-        """Whether a source at offset ``start``, last released under ``last_seq``, may go now."""
+        """Whether a source at offset ``start`` (there since ``waiting_since``), which last
+        released a batch under plan ``last_seq``, may start a batch now."""
         if now < self.due_at:
             return False
         if self.standing and start.get("backlog"):
             return True
         expected = (self.starts or {}).get(str(start.get("source")))
-        if expected is None and (last_seq != self.seq or last_release_at is None):
+        if expected is None and last_seq != self.seq:
             return True
         if expected is not None and expected == start:
             return True
-        return last_release_at is not None and now - last_release_at >= self.stale_after_s
+        return now - waiting_since >= self.stale_after_s
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)

@@ -15,13 +15,11 @@ from dataclasses import dataclass
 
 from spark_jobs.backlog.config import BacklogConfig
 from spark_jobs.backlog.decider import Decision
-from spark_jobs.backlog.plan import TriggerPlan
+from spark_jobs.backlog.plan import STALE_GRACE_S, TriggerPlan
 from spark_jobs.backlog.values import processing_time
 from spark_jobs.coordinator.progress import BatchProgress
 from spark_jobs.sources.gate import PlanChannel
 
-#: Without a plan refresh for this long after the interval, sources keep going on their own.
-STALE_PLAN_GRACE_S = 10.0
 #: Files in the first backlog batch of a file-source query, before rows per file are known.
 PROBE_FILES = 10
 #: A backlog limit this many times above the current one is worth a restart; shrinking
@@ -35,7 +33,7 @@ class SourceGatedApplier:
 
     def __init__(self, channel: PlanChannel, config: BacklogConfig):
         self._channel = channel
-        self._stale_after_s = config.interval_s + STALE_PLAN_GRACE_S
+        self._stale_after_s = config.interval_s + STALE_GRACE_S
         self._seq = 0
 
     def apply(self, decision: Decision, progress: BatchProgress | None = None) -> None:

@@ -24,8 +24,6 @@ class PlanChannel:
 
     def __init__(self, directory: str | os.PathLike[str]):
         self.directory = Path(directory)
-        self._seen: tuple[int, int, int] | None = None
-        self._plan: TriggerPlan | None = None
 
     def publish(self, plan: TriggerPlan) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -35,16 +33,11 @@ class PlanChannel:
         os.replace(temporary, self.directory / PLAN_FILE)
 
     def read(self) -> TriggerPlan | None:
-        """The latest plan; the file is parsed again only when it was replaced."""
+        """The latest plan (a few hundred bytes, read whole each time: no stale cache)."""
         try:
-            stat = (self.directory / PLAN_FILE).stat()
+            return TriggerPlan.from_json((self.directory / PLAN_FILE).read_text())
         except FileNotFoundError:
             return None
-        identity = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
-        if identity != self._seen:
-            self._plan = TriggerPlan.from_json((self.directory / PLAN_FILE).read_text())
-            self._seen = identity
-        return self._plan
 
 
 class SourceGate:
@@ -55,7 +48,8 @@ class SourceGate:
         self._clock = clock
         self._plan: TriggerPlan | None = None
         self._released_seq: int | None = None
-        self._released_at: float | None = None
+        self._waiting_at: dict[str, Any] | None = None
+        self._waiting_since = 0.0
 
     def allowed_rows(self, start: dict[str, Any]) -> int | None:
         """Rows the batch from ``start`` may take, or None when it may not start now."""
@@ -65,12 +59,15 @@ class SourceGate:
                 f"no trigger plan in {self._channel.directory}: the source option "
                 "'backlogChannel' must name the channel of a running backlog coordinator"
             )
+        now = self._clock()
+        if start != self._waiting_at:
+            self._waiting_at, self._waiting_since = start, now
         self._plan = plan
-        if plan.releases(self._clock(), start, self._released_seq, self._released_at):
+        if plan.releases(now, start, self._released_seq, self._waiting_since):
             return plan.max_rows
         return None
 
     def mark_released(self) -> None:
         """Record that a batch started under the plan last read."""
         if self._plan is not None:
-            self._released_seq, self._released_at = self._plan.seq, self._clock()
+            self._released_seq = self._plan.seq

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from spark_jobs.backlog.config import BacklogConfig
 from spark_jobs.backlog.decider import CheckpointDecider, CommittedBatch
-from spark_jobs.backlog.plan import TriggerPlan
+from spark_jobs.backlog.plan import STALE_GRACE_S, TriggerPlan
 
 
 class FakeClock:
@@ -51,14 +51,18 @@ def simulate(
     overhead_s: float = 0.3,
     row_cost_s: float = 2e-6,
     tick_s: float = 0.1,
+    listener_lag_s: float = 0.05,
 ) -> list[SimBatch]:
+    """Each plan reaches the source ``listener_lag_s`` after the commit it follows, as it
+    does through Spark's asynchronous listener bus; triggers in between see the old one."""
     clock = FakeClock()
     t0 = clock.now
     decider = CheckpointDecider(cfg, clock)
-    seq = 1
-    plan = TriggerPlan.from_decision(seq, decider.decision, stale_after_s=cfg.interval_s * 3)
+    stale_after_s = cfg.interval_s + STALE_GRACE_S
+    plan = TriggerPlan.from_decision(1, decider.decision, stale_after_s)
+    next_plan: tuple[float, TriggerPlan] | None = None
     last_seq: int | None = None
-    last_release: float | None = None
+    waiting_at, waiting_since = None, clock.now
     backlog_left, consumed_live, in_backlog_child = backlog_rows, 0, backlog_rows > 0
     batches: list[SimBatch] = []
 
@@ -66,7 +70,12 @@ def simulate(
         return {"source": "sim", "backlog": in_backlog_child, "at": [backlog_left, consumed_live]}
 
     while clock.now - t0 < seconds:
-        if not plan.releases(clock.now, offset(), last_seq, last_release):
+        if next_plan is not None and clock.now >= next_plan[0]:
+            plan, next_plan = next_plan[1], None
+        start = offset()
+        if start != waiting_at:
+            waiting_at, waiting_since = start, clock.now
+        if not plan.releases(clock.now, start, last_seq, waiting_since):
             clock.advance(tick_s)
             continue
         handoff = in_backlog_child and backlog_left == 0
@@ -82,14 +91,16 @@ def simulate(
             if rows == 0 and not handoff:
                 clock.advance(tick_s)
                 continue
-        last_seq, last_release = plan.seq, clock.now
+        last_seq = plan.seq
         started = clock.now
         clock.advance(overhead_s + rows * row_cost_s)
         batch = CommittedBatch(len(batches), started, clock.now, rows)
         batches.append(SimBatch(batch.batch_id, started, clock.now, rows, in_backlog_child))
-        seq += 1
         decision = decider.on_batch_committed(batch, job_is_backlog=in_backlog_child)
-        plan = TriggerPlan.from_decision(seq, decision, cfg.interval_s * 3, {"sim": offset()})
+        following = TriggerPlan.from_decision(
+            plan.seq + 1, decision, stale_after_s, {"sim": offset()}
+        )
+        next_plan = (clock.now + listener_lag_s, following)
     return batches
 
 

@@ -231,7 +231,7 @@ def test_backlog_drains_back_to_back():
     )
     backlog = [b for b in batches if b.is_backlog]
     idle = [b.started_at - a.committed_at for a, b in itertools.pairwise(backlog)]
-    assert all(gap <= 0.1 for gap in idle)  # at most one trigger tick between batches
+    assert all(gap <= 0.15 for gap in idle)  # at most a tick (0.1 s) after the plan (0.05 s)
 
 
 # --- the throughput estimate --------------------------------------------------------------

@@ -57,7 +57,7 @@ def test_backlog_then_live_is_decided_published_and_recorded(parts):
     plan = channel.read()
     # a run's first batch measures warm-up too: its rate (30000 rows in 9.803 s) is only a
     # pessimistic stand-in for 30 s, and the next batch waits for its own decision
-    assert plan.is_backlog and not plan.standing
+    assert coordinator.decider.decision.is_backlog and not plan.standing
     assert plan.max_rows == 91_809
     assert plan.starts == {"events": backlog.sources[0].end_offset}
     assert coordinator.job_is_backlog is True
@@ -66,7 +66,7 @@ def test_backlog_then_live_is_decided_published_and_recorded(parts):
     clock.now = handoff.committed_at.timestamp()
     decision = coordinator.on_progress(handoff)
     plan = channel.read()
-    assert not plan.is_backlog and not plan.standing
+    assert not decision.is_backlog and not plan.standing
     # one interval from the batch's start, or at once since it took longer than that
     expected_due = max(handoff.started_at.timestamp() + 2, handoff.committed_at.timestamp())
     assert plan.due_at == decision.due_at == expected_due
