@@ -15,11 +15,13 @@ from __future__ import annotations
 import fnmatch
 import json
 import logging
-import posixpath
+import os
 import uuid
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -67,11 +69,16 @@ class FileEntry:
     rows: int
 
 
+#: Hadoop's names for S3, which pyarrow calls ``s3``.
+SCHEME_ALIASES = {"s3a": "s3", "s3n": "s3"}
+
+
 def resolve_uri(location: str) -> str:
     """An absolute URI for a path or URI, so executors in other processes find the same file."""
     if "://" in location:
-        return location.rstrip("/")
-    return "file://" + posixpath.abspath(location)
+        scheme, rest = location.split("://", 1)
+        return f"{SCHEME_ALIASES.get(scheme, scheme)}://{rest}".rstrip("/")
+    return Path(os.path.abspath(location)).as_uri()
 
 
 def _filesystem(uri: str) -> tuple[pa_fs.FileSystem, str]:
@@ -85,14 +92,14 @@ def list_files(directory_uri: str, glob: str) -> list[ListedFile]:
         infos = filesystem.get_file_info(pa_fs.FileSelector(path, allow_not_found=False))
     except FileNotFoundError as error:
         raise InputFileError(f"input directory {directory_uri} does not exist") from error
-    scheme = directory_uri.split("://", 1)[0]
     listed = []
     for info in infos:
         name = info.base_name
         if info.type != pa_fs.FileType.File or name.startswith(HIDDEN_PREFIXES):
             continue
         if fnmatch.fnmatch(name, glob):
-            listed.append(ListedFile(f"{scheme}://{info.path}", info.size, info.mtime_ns or 0))
+            uri = f"{directory_uri}/{quote(name)}"
+            listed.append(ListedFile(uri, info.size, info.mtime_ns or 0))
     return listed
 
 
@@ -100,14 +107,17 @@ def stat_file(uri: str) -> ListedFile:
     filesystem, path = _filesystem(uri)
     info = filesystem.get_file_info(path)
     if info.type != pa_fs.FileType.File:
-        raise InputFileError(f"input file {uri} was listed at the first start but is gone")
+        raise InputFileError(f"input file {uri} was listed or admitted but is gone")
     return ListedFile(uri, info.size, info.mtime_ns or 0)
 
 
 class StateDirectory:
-    """A child's durable state: numbered JSON segments, each written whole and moved in."""
+    """A child's durable state: JSON files, each written whole and moved in."""
+
+    IDENTITY = "input.identity"
 
     def __init__(self, location_uri: str):
+        self.location = location_uri
         self._filesystem, self._path = _filesystem(location_uri)
         self._created = False
 
@@ -136,6 +146,18 @@ class StateDirectory:
             stream.write(json.dumps(value).encode())
         self._filesystem.move(temporary, f"{self._path}/{name}")
 
+    def claim(self, identity: dict[str, str]) -> None:
+        """Refuse state kept for a different input: its positions would name other files."""
+        if self.IDENTITY not in self.names(self.IDENTITY):
+            self.write(self.IDENTITY, identity)
+            return
+        kept = self.read(self.IDENTITY)
+        if kept != identity:
+            raise InputFileError(
+                f"the state at {self.location} was kept for {kept}, but this query reads "
+                f"{identity}: start over with a new checkpoint and a new stateLocation"
+            )
+
 
 class FileManifest:
     """The durable, append-only list of admitted files of one child source."""
@@ -145,6 +167,7 @@ class FileManifest:
     def __init__(self, state: StateDirectory):
         self._state = state
         self._entries: list[FileEntry] | None = None
+        self._uris: set[str] = set()
         self._segments = 0
 
     @property
@@ -152,16 +175,22 @@ class FileManifest:
         if self._entries is None:
             names = self._state.names(self.SUFFIX)
             self._entries = [FileEntry(**item) for n in names for item in self._state.read(n)]
+            self._uris = {entry.uri for entry in self._entries}
             self._segments = len(names)
         return self._entries
+
+    def __contains__(self, uri: str) -> bool:
+        self.entries  # noqa: B018 - loads the manifest
+        return uri in self._uris
 
     def append(self, new: list[FileEntry]) -> None:
         if not new:
             return
         entries = self.entries
-        self._state.write(f"{self._segments:010d}{self.SUFFIX}", [e.__dict__ for e in new])
+        self._state.write(f"{self._segments:010d}{self.SUFFIX}", [asdict(e) for e in new])
         self._segments += 1
         entries.extend(new)
+        self._uris.update(entry.uri for entry in new)
 
 
 # --- reading ---------------------------------------------------------------------------
@@ -253,14 +282,12 @@ class FileSlice:
             ) from error
 
     def _check_unchanged(self) -> None:
-        filesystem, path = _filesystem(self.entry.uri)
-        info = filesystem.get_file_info(path)
-        if info.type != pa_fs.FileType.File:
-            raise InputFileError(f"input file {self.entry.uri} was admitted but is gone")
-        if info.size != self.entry.size:
+        now = stat_file(self.entry.uri)
+        if (now.size, now.mtime_ns) != (self.entry.size, self.entry.mtime_ns):
             raise InputFileError(
                 f"input file {self.entry.uri} changed after it was admitted (size "
-                f"{self.entry.size} -> {info.size}); input files must not be modified"
+                f"{self.entry.size} -> {now.size}, modified {self.entry.mtime_ns} -> "
+                f"{now.mtime_ns} ns); input files must not be modified"
             )
 
     def _read_parquet(self, schema: pa.Schema) -> pa.Table:
@@ -315,6 +342,7 @@ class FileChild(ChildSource):
         self.manifest = FileManifest(state)
         self.schema = schema
         self.rows_per_partition = rows_per_partition
+        self._claimed = False
 
     @classmethod
     def from_spec(cls, spec: Mapping[str, Any], context: SourceContext) -> FileChild:
@@ -353,7 +381,22 @@ class FileChild(ChildSource):
     def _known_files(self) -> int:
         return len(self.manifest.entries)
 
+    def _check_state(self, position: Position) -> None:
+        """The state must hold what the checkpoint's offsets refer to."""
+        if not self._claimed:
+            identity = {"kind": self.kind, "path": self.directory_uri, "format": self.fmt}
+            self.state.claim({**identity, "glob": self.glob})
+            self._claimed = True
+        if (position["file"], position["row"]) > (self._known_files(), 0):
+            raise InputFileError(
+                f"the checkpoint refers to file {position['file']} of child {self.name!r}, "
+                f"but its state at {self.state.location} knows {self._known_files()} files: "
+                "the state location was lost or replaced; restore it, or start over with a "
+                "new checkpoint"
+            )
+
     def plan(self, start: Position, limits: Limits) -> Planned:
+        self._check_state(start)
         self._discover()
         index, row = start["file"], start["row"]
         taken = files = 0
@@ -374,6 +417,7 @@ class FileChild(ChildSource):
         return Planned(end, {"files_behind": self._known_files() - index})
 
     def partitions(self, start: Position, end: Position) -> list[ReadablePartition]:
+        self._check_state(end)
         entries = self.manifest.entries
         slices: list[FileSlice] = []
         index, row = start["file"], start["row"]
@@ -424,7 +468,7 @@ class BoundedFiles(FileChild):
                         self.glob,
                         self.directory_uri,
                     )
-                self.state.write(self.SNAPSHOT, [f.__dict__ for f in listing])
+                self.state.write(self.SNAPSHOT, [asdict(f) for f in listing])
                 self._snapshot = listing
         return self._snapshot
 
@@ -455,8 +499,7 @@ class LandingFiles(FileChild):
     bounded = False
 
     def _discover(self) -> None:
-        known = {entry.uri for entry in self.manifest.entries}
-        new = [f for f in list_files(self.directory_uri, self.glob) if f.uri not in known]
+        new = [f for f in list_files(self.directory_uri, self.glob) if f.uri not in self.manifest]
         new.sort(key=lambda f: (f.mtime_ns, f.uri))
         # Validated before admission, so a malformed file is named and nothing after it moves.
         self.manifest.append([admit(listed, self.fmt, self.schema) for listed in new])

@@ -1,4 +1,5 @@
 import os
+import shutil
 
 import pyarrow as pa
 import pytest
@@ -45,7 +46,18 @@ def read_ids(child, start, end) -> list[int]:
 def test_paths_become_absolute_uris_for_executors(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert resolve_uri("data/in") == f"file://{tmp_path}/data/in"
+    assert resolve_uri("my data/in") == f"file://{tmp_path}/my%20data/in"
     assert resolve_uri("s3://bucket/in/") == "s3://bucket/in"
+    assert resolve_uri("s3a://bucket/in") == "s3://bucket/in"  # Hadoop's name for S3
+
+
+def test_names_with_spaces_and_percent_signs_are_read(tmp_path):
+    directory = tmp_path / "odd dir"
+    write_file(directory, "a b%.json", "json", 0, 3)
+    spec = {"name": "odd", "path": str(directory), "format": "json"}
+    child = LandingFiles.from_spec(spec, context(tmp_path))
+    end = child.plan(child.initial_position(), Limits()).end
+    assert read_ids(child, child.initial_position(), end) == [0, 1, 2]
 
 
 def test_listing_skips_hidden_and_metadata_files_and_applies_the_glob(tmp_path):
@@ -199,6 +211,37 @@ def test_a_file_changed_after_admission_fails_the_read_by_name(tmp_path):
         handle.write('{"event_id": 99}\n')
     with pytest.raises(InputFileError, match="changed after it was admitted"):
         read_ids(child, child.initial_position(), end)
+
+
+def test_a_file_rewritten_at_the_same_size_fails_the_read_by_name(tmp_path):
+    path = write_file(tmp_path / "history", "a.json", "json", 0, 3)
+    child = bounded(tmp_path, "json")
+    end = child.plan(child.initial_position(), Limits()).end
+    path.write_text(path.read_text().replace('"a0"', '"b0"'))  # same length, other data
+    with pytest.raises(InputFileError, match=r"a\.json changed after it was admitted"):
+        read_ids(child, child.initial_position(), end)
+
+
+def test_state_kept_for_another_input_is_refused(tmp_path):
+    write_file(tmp_path / "history", "a.parquet", "parquet", 0, 3)
+    write_file(tmp_path / "other", "a.parquet", "parquet", 0, 3)
+    first = bounded(tmp_path)
+    first.plan(first.initial_position(), Limits())
+    moved = bounded(tmp_path, path=str(tmp_path / "other"))
+    with pytest.raises(InputFileError, match=r"was kept for .*history.* but this query reads"):
+        moved.plan(moved.initial_position(), Limits())
+
+
+def test_offsets_beyond_the_state_mean_the_state_was_lost(tmp_path):
+    land(tmp_path / "landing", "1.json", "json", 0, 4, mtime=1)
+    child = landing(tmp_path)
+    end = child.plan(child.initial_position(), Limits()).end
+    shutil.rmtree(tmp_path / "state")
+    fresh = landing(tmp_path)
+    with pytest.raises(InputFileError, match="the state location was lost or replaced"):
+        fresh.plan(end, Limits())
+    with pytest.raises(InputFileError, match="the state location was lost or replaced"):
+        fresh.partitions(fresh.initial_position(), end)
 
 
 def test_a_missing_column_is_named(tmp_path):
