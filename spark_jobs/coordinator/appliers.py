@@ -75,7 +75,8 @@ class RestartApplier:
 
     Backlog: back to back (trigger 0, or min-pause as the trigger, which Spark measures
     start to start), files per trigger sized from the decided rows. Real time: trigger
-    ``interval``. The restart itself happens on the thread that owns the query.
+    ``interval`` with no limit. The restart itself happens on the thread that owns the
+    query.
     """
 
     def __init__(self, config: BacklogConfig, rows_per_file: Callable[[], float | None]):
@@ -86,11 +87,12 @@ class RestartApplier:
         self._wanted: TriggerSettings | None = None
 
     def settings_for(self, decision: Decision) -> TriggerSettings:
+        if not decision.is_backlog:
+            # Everything that arrived: a limit here would let live data pile up again.
+            return TriggerSettings(False, self._config.interval_s, None)
         per_file = self._rows_per_file()
-        files = None if per_file is None else max(1, math.floor(decision.max_rows / per_file))
-        if decision.is_backlog:
-            return TriggerSettings(True, self._config.min_pause_s, files or PROBE_FILES)
-        return TriggerSettings(False, self._config.interval_s, files)
+        files = PROBE_FILES if per_file is None else math.floor(decision.max_rows / per_file)
+        return TriggerSettings(True, self._config.min_pause_s, max(1, files))
 
     def apply(self, decision: Decision, progress: BatchProgress | None = None) -> None:
         del progress  # the restart rebuilds the query from the checkpoint

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Protocol
 
-from spark_jobs.backlog.config import BacklogConfig, checkpoint_interval
+from spark_jobs.backlog.config import BacklogConfig
 from spark_jobs.backlog.decider import CheckpointDecider, CommittedBatch, Decision
 from spark_jobs.backlog.graph import OperatorGraph
 from spark_jobs.backlog.status import BacklogModel, SourceStatus
@@ -28,7 +28,9 @@ class DecisionApplier(Protocol):
 class StatusProbe(Protocol):
     """A backlog signal for a source whose progress carries none (Spark's file source)."""
 
-    def status(self, progress: BatchProgress | None = None) -> SourceStatus: ...
+    def observe(self, progress: BatchProgress) -> None: ...
+
+    def status(self) -> SourceStatus: ...
 
 
 class Recorder(Protocol):
@@ -72,7 +74,7 @@ class BacklogCoordinator:
     def start(self) -> Decision:
         """Apply the first decision, informed by the probes when there are any."""
         if self._probes:
-            self._observe(self._probe_statuses(None), datetime.now(UTC))
+            self._observe([probe.status() for probe in self._probes], datetime.now(UTC))
             decision = self.decider.on_status(bool(self._backlog_sources))
         else:
             decision = self.decider.decision
@@ -81,7 +83,10 @@ class BacklogCoordinator:
 
     def on_progress(self, progress: BatchProgress) -> Decision:
         statuses = [s for s in (p.hybrid_status() for p in progress.sources) if s is not None]
-        self._observe([*statuses, *self._probe_statuses(progress)], progress.committed_at)
+        for probe in self._probes:
+            probe.observe(progress)
+            statuses.append(probe.status())
+        self._observe(statuses, progress.committed_at)
         job_is_backlog = bool(self._backlog_sources)
         batch = CommittedBatch(
             batch_id=progress.batch_id,
@@ -93,12 +98,9 @@ class BacklogCoordinator:
         self._runs.add(progress.run_id)
         decision = self.decider.on_batch_committed(batch, job_is_backlog)
         self._applier.apply(decision, progress)
-        self._record_checkpoint(progress, job_is_backlog)
+        self._record_checkpoint(progress, decision)
         self.last_progress = progress
         return decision
-
-    def _probe_statuses(self, progress: BatchProgress | None) -> list[SourceStatus]:
-        return [probe.status(progress) for probe in self._probes]
 
     def _observe(self, statuses: list[SourceStatus], at: datetime) -> None:
         for status in statuses:
@@ -115,7 +117,7 @@ class BacklogCoordinator:
                 run_id=self.config.run_id,
                 at=at,
                 is_backlog=bool(now_backlog),
-                reason=reason[:500],
+                reason=reason,
             )
         )
         operators = f"; operators: {self._graph.describe(self.model)}" if self._graph else ""
@@ -141,15 +143,15 @@ class BacklogCoordinator:
             parts.append(f"{status.rule or 'reported'}: {name} {what}")
         return "; ".join(parts)
 
-    def _record_checkpoint(self, progress: BatchProgress, job_is_backlog: bool) -> None:
-        interval = checkpoint_interval(self.config, job_is_backlog)
+    def _record_checkpoint(self, progress: BatchProgress, decision: Decision) -> None:
+        interval = decision.interval_s
         self._recorder.record_checkpoint(
             CheckpointRow(
                 job_name=self.config.job_name,
                 run_id=self.config.run_id,
                 batch_id=progress.batch_id,
                 committed_at=progress.committed_at,
-                is_backlog=job_is_backlog,
+                is_backlog=decision.is_backlog,
                 effective_interval_ms=None if interval is None else round(interval * 1000),
                 num_input_rows=progress.num_input_rows,
                 batch_duration_ms=progress.duration_ms,

@@ -9,15 +9,30 @@ The source is in backlog while more files wait than ``pending-files-threshold``.
 from __future__ import annotations
 
 import json
+from collections import deque
+from urllib.parse import unquote, urlparse
 
 from pyarrow import fs as pa_fs
 
 from spark_jobs.backlog.status import SourceStatus
 from spark_jobs.coordinator.progress import BatchProgress
-from spark_jobs.sources.files import list_files, resolve_uri
+from spark_jobs.sources.files import SCHEME_ALIASES, list_files, resolve_uri
+
+#: Rows per file is averaged over this many recent batches.
+RECENT_BATCHES = 8
+
+
+def _file_key(uri: str) -> str:
+    """One spelling for a file, whether pyarrow listed it or Spark logged it (which may
+    percent-encode, write ``file:/`` or use Hadoop's scheme names)."""
+    parsed = urlparse(uri)
+    scheme = SCHEME_ALIASES.get(parsed.scheme, parsed.scheme)
+    return f"{scheme}://{parsed.netloc}{unquote(parsed.path)}"
 
 
 class FileSourceProbe:
+    """The backlog status of one file source, from its directory and its source log."""
+
     def __init__(
         self,
         name: str,
@@ -38,8 +53,7 @@ class FileSourceProbe:
         )
         self._parsed: set[str] = set()
         self._admitted: dict[str, int] = {}
-        self._rows = 0
-        self._files_in_measured_batches = 0
+        self._recent: deque[tuple[int, int]] = deque(maxlen=RECENT_BATCHES)
 
     def _read_log(self) -> None:
         selector = pa_fs.FileSelector(self._log_path, allow_not_found=True)
@@ -55,26 +69,27 @@ class FileSourceProbe:
                 lines = stream.read().decode().splitlines()
             for line in lines[1:]:  # the first line is the log format version
                 entry = json.loads(line)
-                self._admitted[entry["path"]] = int(entry["batchId"])
+                self._admitted[_file_key(entry["path"])] = int(entry["batchId"])
             self._parsed.add(name)
 
     def pending_files(self) -> int:
         self._read_log()
         listing = list_files(self._input_uri, self._glob)
-        return sum(1 for entry in listing if entry.uri not in self._admitted)
+        return sum(1 for entry in listing if _file_key(entry.uri) not in self._admitted)
+
+    def observe(self, progress: BatchProgress) -> None:
+        """Learn rows per file from a committed batch (recent batches only: files differ)."""
+        self._read_log()
+        files = sum(1 for batch in self._admitted.values() if batch == progress.batch_id)
+        if files and len(progress.sources) > self._source_index:
+            self._recent.append((progress.sources[self._source_index].num_input_rows, files))
 
     def rows_per_file(self) -> float | None:
-        if not self._files_in_measured_batches:
-            return None
-        return self._rows / self._files_in_measured_batches
+        files = sum(f for _, f in self._recent)
+        return sum(rows for rows, _ in self._recent) / files if files else None
 
-    def status(self, progress: BatchProgress | None = None) -> SourceStatus:
+    def status(self) -> SourceStatus:
         pending = self.pending_files()
-        if progress is not None and len(progress.sources) > self._source_index:
-            files = sum(1 for b in self._admitted.values() if b == progress.batch_id)
-            if files:
-                self._rows += progress.sources[self._source_index].num_input_rows
-                self._files_in_measured_batches += files
         return SourceStatus(
             name=self.name,
             is_backlog=pending > self._threshold,

@@ -17,24 +17,16 @@ class ProgressListener(StreamingQueryListener):
     """Hands progress of the query named ``query_name`` to ``on_progress``.
 
     Spark calls listeners on its listener-bus thread; an exception here would only be
-    logged by Spark, so we log it ourselves with the batch it concerns and carry on.
-    Restarts keep the query name, so one listener serves every run of the query.
+    logged by Spark, so we log it ourselves and carry on. Restarts keep the query name,
+    so one listener serves every run of the query.
     """
 
-    def __init__(
-        self,
-        query_name: str,
-        on_progress: Callable[[BatchProgress], Any],
-        on_terminated: Callable[[str | None], Any],
-    ):
+    def __init__(self, query_name: str, on_progress: Callable[[BatchProgress], Any]):
         self._query_name = query_name
         self._on_progress = on_progress
-        self._on_terminated = on_terminated
-        self._query_ids: set[str] = set()
 
     def onQueryStarted(self, event: Any) -> None:
-        if event.name == self._query_name:
-            self._query_ids.add(str(event.id))
+        del event
 
     def onQueryProgress(self, event: Any) -> None:
         try:
@@ -48,8 +40,4 @@ class ProgressListener(StreamingQueryListener):
         del event
 
     def onQueryTerminated(self, event: Any) -> None:
-        if str(event.id) in self._query_ids:
-            try:
-                self._on_terminated(event.exception)
-            except Exception:
-                logger.exception("backlog coordinator failed on query termination")
+        del event

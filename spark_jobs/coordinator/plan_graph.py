@@ -22,13 +22,10 @@ def _children(node: Any) -> list[Any]:
 
 
 def _source_name(node: Any, fallback: str) -> str:
+    """A hybrid source's ``name`` option (as in its offsets); other leaves keep ``fallback``."""
     try:
-        options = node.extraOptions()
-        name = options.get("name")
-        if name is not None and str(node.sourceName()) == "hybrid":
-            return str(name)
         if str(node.sourceName()) == "hybrid":
-            return "hybrid"
+            return str(node.extraOptions().get("name") or "hybrid")
     except Exception:  # not a DataSource V2 streaming relation
         pass
     return fallback
@@ -52,4 +49,11 @@ def operator_graph(df: DataFrame) -> OperatorGraph:
         return op_id
 
     visit(df._jdf.queryExecution().analyzed())
+    names = [op.source for op in operators if op.kind is OperatorKind.SOURCE]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise ValueError(
+            f"hybrid sources named {twice} are read more than once in this query; their "
+            "statuses would overwrite each other: give each its own 'name' option"
+        )
     return OperatorGraph(operators)

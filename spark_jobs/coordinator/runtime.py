@@ -78,7 +78,9 @@ class BacklogRuntime:
         clock: Callable[[], float] = time.time,
     ):
         self.spark = spark
-        conf = dict(spark.sparkContext.getConf().getAll())
+        # spark-submit --conf lands in the context; builder.config and spark.conf.set on a
+        # running session only in the session's conf, which wins.
+        conf = dict(spark.sparkContext.getConf().getAll()) | spark.conf.getAll
         self.config = config or BacklogConfig.from_spark_conf(conf, conf.get("spark.app.name"))
         self._clock = clock
         spark.dataSource.register(HybridDataSource)
@@ -88,7 +90,7 @@ class BacklogRuntime:
         spill = Path(tempfile.gettempdir(), "backlog-metrics-spill", spill_name)
         self.recorder = MetricsWriter(self.config.metrics_url, spill_path=spill)
         self._channel_dir = Path(tempfile.mkdtemp(prefix=f"backlog-{self.config.job_name}-"))
-        self._explicit_no_data_batches = NO_DATA_BATCHES in conf
+        self._no_data_batches = conf.get(NO_DATA_BATCHES)
         self.coordinator: BacklogCoordinator | None = None
         self.query: StreamingQuery | None = None
         self._listener: ProgressListener | None = None
@@ -158,34 +160,30 @@ class BacklogRuntime:
     ) -> BacklogCoordinator:
         if self.coordinator is not None:
             raise RuntimeError("a BacklogRuntime runs one query; create another for a second")
-        self._no_data_batches_off()
         self.coordinator = BacklogCoordinator(
             self.config, applier, self.recorder, clock=self._clock, probes=probes or (), graph=graph
         )
-        self._listener = ProgressListener(
-            self.config.job_name, self.coordinator.on_progress, self._on_terminated
-        )
+        self._listener = ProgressListener(self.config.job_name, self.coordinator.on_progress)
         self.spark.streams.addListener(self._listener)
         return self.coordinator
 
-    def _no_data_batches_off(self) -> None:
-        """Every no-data batch would be one more checkpoint between the decided ones."""
-        if self._explicit_no_data_batches:
-            if self.spark.conf.get(NO_DATA_BATCHES) == "true":
-                logger.warning(
-                    "%s=true: Spark adds a checkpoint after data batches to advance watermarks",
-                    NO_DATA_BATCHES,
-                )
-            return
-        self.spark.conf.set(NO_DATA_BATCHES, "false")
-
     def _start(self, writer: DataStreamWriter) -> StreamingQuery:
-        self.query = writer.queryName(self.config.job_name).start()
+        """Start without no-data batches, unless the user asked for them: each would be one
+        more checkpoint between the decided ones. The setting is this query's only."""
+        if self._no_data_batches == "true":
+            logger.warning(
+                "%s=true: Spark adds a checkpoint after data batches to advance watermarks",
+                NO_DATA_BATCHES,
+            )
+        if self._no_data_batches is not None:
+            self.query = writer.queryName(self.config.job_name).start()
+            return self.query
+        self.spark.conf.set(NO_DATA_BATCHES, "false")
+        try:
+            self.query = writer.queryName(self.config.job_name).start()
+        finally:
+            self.spark.conf.unset(NO_DATA_BATCHES)
         return self.query
-
-    def _on_terminated(self, exception: str | None) -> None:
-        del exception  # await_termination raises it on the thread that owns the query
-        self.recorder.flush(timeout_s=5)
 
     # --- running and stopping --------------------------------------------------------------
 

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,8 +13,7 @@ from pathlib import Path
 import spark_jobs.jobs.events_pipeline as events_pipeline
 from spark_jobs.demo.data import LiveProducer, history_range, write_history
 from spark_jobs.demo.report import Checkpoint, load
-
-SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
+from spark_jobs.jobs.launch import job_environment, spark_submit_command
 
 
 def say(message: str) -> None:
@@ -72,10 +69,9 @@ class Run:
             "spark.backlog.metrics.url": self.metrics_url,
             **self.conf,
         }
-        return [
-            str(SPARK_SUBMIT),
-            *[arg for key, value in conf.items() for arg in ("--conf", f"{key}={value}")],
+        return spark_submit_command(
             events_pipeline.__file__,
+            conf,
             "--history",
             str(self.history),
             "--landing",
@@ -89,7 +85,7 @@ class Run:
             "--timeout",
             "20min",
             *self.args,
-        ]
+        )
 
     def checkpoints(self) -> list[Checkpoint]:
         try:
@@ -109,17 +105,11 @@ class Run:
         self.root.mkdir(parents=True)
         producer = LiveProducer(self.landing, first_live_id, events_per_s, file_every_s=0.25)
         log_path = self.root / "job.log"
-        environment = {
-            **os.environ,
-            "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"),
-            "PYSPARK_PYTHON": sys.executable,
-            "PYSPARK_DRIVER_PYTHON": sys.executable,
-        }
         say(f"[{self.name}] starting the job (Spark log: {log_path})")
         producer.start()
         with log_path.open("w") as log:
             job = subprocess.Popen(
-                self.command(), stdout=log, stderr=subprocess.STDOUT, env=environment
+                self.command(), stdout=log, stderr=subprocess.STDOUT, env=job_environment()
             )
         shown = 0
         try:

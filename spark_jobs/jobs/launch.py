@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping
 
 
 class JavaMissing(RuntimeError):
@@ -31,6 +32,24 @@ def require_java(minimum: int = 17) -> None:
     if not match or int(match.group(1)) < minimum:
         found = match.group(1) if match else "unknown"
         raise JavaMissing(f"Spark 4 needs Java {minimum} or newer, but {java} is {found}; {advice}")
+
+
+def job_environment() -> dict[str, str]:
+    """The environment for a job started from this interpreter: Spark on loopback unless
+    told otherwise, and Python workers that have this project installed."""
+    return {
+        **os.environ,
+        "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"),
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+    }
+
+
+def spark_submit_command(entry_file: str, conf: Mapping[str, str], *args: str) -> list[str]:
+    """``spark-submit`` from this interpreter's environment, as Airflow would run it."""
+    spark_submit = os.path.join(os.path.dirname(sys.executable), "spark-submit")
+    pairs = [arg for key, value in conf.items() for arg in ("--conf", f"{key}={value}")]
+    return [spark_submit, *pairs, entry_file, *args]
 
 
 def prepare_driver_environment() -> None:

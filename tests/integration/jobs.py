@@ -22,9 +22,8 @@ import sqlalchemy as sa
 
 import spark_jobs.jobs.events_pipeline as events_pipeline
 from spark_jobs.demo.data import EVENT_ARROW_SCHEMA
+from spark_jobs.jobs.launch import job_environment, spark_submit_command
 from spark_jobs.metrics.schema import as_utc, backlog_checkpoints, backlog_transitions, make_engine
-
-SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
 
 
 @dataclass(frozen=True)
@@ -78,15 +77,6 @@ def base_conf(dirs: JobDirs, job: str, **conf: str) -> dict[str, str]:
     }
 
 
-def _env() -> dict[str, str]:
-    return {
-        **os.environ,
-        "SPARK_LOCAL_IP": "127.0.0.1",
-        "PYSPARK_PYTHON": sys.executable,
-        "PYSPARK_DRIVER_PYTHON": sys.executable,
-    }
-
-
 def console_job(dirs: JobDirs, conf: dict[str, str], *extra: str) -> subprocess.Popen:
     """``backlog-events-job`` in its own process group, so a kill takes its JVM too."""
     conf_args = [a for k, v in conf.items() for a in ("--conf", f"{k}={v}")]
@@ -96,8 +86,7 @@ def console_job(dirs: JobDirs, conf: dict[str, str], *extra: str) -> subprocess.
 
 def submitted_job(dirs: JobDirs, conf: dict[str, str], *extra: str) -> subprocess.Popen:
     """``spark-submit <entry file>``: how Airflow's SparkSubmitOperator launches the job."""
-    conf_args = [a for k, v in conf.items() for a in ("--conf", f"{k}={v}")]
-    command = [str(SPARK_SUBMIT), *conf_args, events_pipeline.__file__, *dirs.args(), *extra]
+    command = spark_submit_command(events_pipeline.__file__, conf, *dirs.args(), *extra)
     return _popen(command, dirs, "submit")
 
 
@@ -106,7 +95,11 @@ def _popen(command: Sequence[str], dirs: JobDirs, label: str) -> subprocess.Pope
     path = dirs.root / f"{label}-{time.time_ns()}.log"
     with path.open("w") as log:
         process = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, env=_env(), start_new_session=True
+            command,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=job_environment(),
+            start_new_session=True,
         )
     process.log_path = path  # type: ignore[attr-defined]
     return process

@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from spark_jobs.backlog.graph import OperatorKind
 from spark_jobs.backlog.status import BacklogModel, SourceStatus
 from spark_jobs.coordinator.plan_graph import operator_graph
@@ -44,3 +46,10 @@ def test_union_and_join_of_two_hybrid_sources(spark, tmp_path):
 def root(graph):
     """The sink side: inputs come before their consumers, so the root comes last."""
     return graph.operators[-1].id
+
+
+def test_two_hybrid_sources_with_one_name_are_refused(spark, tmp_path):
+    first = hybrid(spark, tmp_path, "events")
+    second = hybrid(spark, tmp_path / "elsewhere", "events")
+    with pytest.raises(ValueError, match=r"hybrid sources named \['events'\] are read more"):
+        operator_graph(first.union(second))

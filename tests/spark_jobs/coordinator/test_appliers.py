@@ -18,16 +18,18 @@ def decision(is_backlog: bool, max_rows: int) -> Decision:
 def test_backlog_runs_back_to_back_with_files_sized_from_rows():
     applier = RestartApplier(CONFIG, rows_per_file=lambda: 1000.0)
     assert applier.settings_for(decision(True, 45_500)) == TriggerSettings(True, 0.0, 45)
+    assert applier.settings_for(decision(True, 45_500)).source_options == {
+        "maxFilesPerTrigger": "45"
+    }
     settings = applier.settings_for(decision(False, 1_000_000))
-    assert settings == TriggerSettings(False, 5.0, 1000)
+    assert settings == TriggerSettings(False, 5.0, None)  # live takes all that arrived
     assert settings.trigger == {"processingTime": "5000 milliseconds"}
-    assert settings.source_options == {"maxFilesPerTrigger": "1000"}
+    assert settings.source_options == {}
 
 
-def test_before_rows_per_file_are_known_backlog_probes_a_few_files_and_live_takes_all():
+def test_before_rows_per_file_are_known_backlog_probes_a_few_files():
     applier = RestartApplier(CONFIG, rows_per_file=lambda: None)
     assert applier.settings_for(decision(True, 10)).max_files_per_trigger == PROBE_FILES
-    assert applier.settings_for(decision(False, 10)).source_options == {}
 
 
 def test_a_restart_is_asked_for_once_per_change_of_phase():
@@ -45,7 +47,7 @@ def test_a_restart_is_asked_for_once_per_change_of_phase():
     applier.apply(decision(True, 500))  # a quarter: worth it
     assert applier.take_restart() == TriggerSettings(True, 0.0, 5)
     applier.apply(decision(False, 1000))
-    assert applier.take_restart() == TriggerSettings(False, 5.0, 10)
-    applier.apply(decision(False, 100_000))  # live limits never restart a live query
+    assert applier.take_restart() == TriggerSettings(False, 5.0, None)
+    applier.apply(decision(False, 100_000))
     assert applier.take_restart() is None
-    assert applier.current == TriggerSettings(False, 5.0, 10)
+    assert applier.current == TriggerSettings(False, 5.0, None)

@@ -116,7 +116,7 @@ def two_sources(history: dict, live_backlog: bool = False) -> BatchProgress:
     return BatchProgress.from_json(json.dumps(data))
 
 
-def test_a_finished_backlog_source_unioned_with_a_live_one_does_not_keep_backlog(parts):
+def test_a_finished_backlog_source_beside_a_live_one_does_not_keep_the_job_in_backlog(parts):
     coordinator, *_ = parts
     coordinator.on_progress(two_sources({"backlog": True, "phase": "history"}))
     assert coordinator.job_is_backlog is True
@@ -128,7 +128,7 @@ def test_transitions_name_each_source_that_changed(parts):
     coordinator, _, writer, engine, _ = parts
     coordinator.on_progress(two_sources({"backlog": False, "phase": "tail"}))
     coordinator.on_progress(two_sources({"backlog": True, "phase": "replay"}, live_backlog=True))
-    writer.flush()
+    assert writer.flush()
     [transition] = rows(engine, backlog_transitions)
     assert transition["reason"] == (
         "hybrid-phase: events is in backlog (landing); hybrid-phase: history is in backlog (replay)"

@@ -1,4 +1,5 @@
 import json
+from urllib.parse import quote
 
 from spark_jobs.coordinator.file_source_probe import FileSourceProbe
 from spark_jobs.coordinator.progress import BatchProgress
@@ -50,5 +51,21 @@ def test_rows_per_file_is_learnt_from_progress(tmp_path):
     probe = FileSourceProbe("files", str(inputs), str(tmp_path / "ck"), pending_files_threshold=9)
     assert probe.rows_per_file() is None
     progress = BatchProgress.from_json(recorded("file_source"))  # batch 0 read 2 rows
-    probe.status(progress)
+    probe.observe(progress)
     assert probe.rows_per_file() == 1.0
+    probe.observe(progress)  # observing again weighs the same batch again, not more
+    assert probe.rows_per_file() == 1.0
+
+
+def test_files_match_however_spark_spells_their_paths(tmp_path):
+    inputs = tmp_path / "in put"
+    inputs.mkdir()
+    for name in ("a b.json", "c%d.json", "e.json"):
+        (inputs / name).write_text("{}\n")
+    spark_log(
+        tmp_path / "ck",
+        "0",
+        [(f"file:{quote(str(inputs))}/a%20b.json", 0), (f"file://{inputs}/c%25d.json", 0)],
+    )
+    probe = FileSourceProbe("files", str(inputs), str(tmp_path / "ck"), pending_files_threshold=9)
+    assert probe.pending_files() == 1
