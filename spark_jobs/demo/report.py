@@ -139,56 +139,63 @@ def median(values: Sequence[float]) -> float:
 
 
 def plot_timeline(runs: Sequence[tuple[str, Sequence[Checkpoint]]], path: Path, title: str) -> Path:
-    """One panel per run: batch sizes over time (log scale), backlog shaded, checkpoints as
-    ticks, and the freshness of each batch's events on a second axis."""
+    """One panel per run, on one time axis: a bar per batch (its rows, log scale, as long as
+    it ran), backlog shaded, a grey line per checkpoint, and the median freshness of each
+    live batch's events on a second axis."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
 
     figure, axes = plt.subplots(
-        len(runs), 1, figsize=(12, 3.6 * len(runs)), squeeze=False, sharex=False
+        len(runs), 1, figsize=(12, 3.4 * len(runs)), squeeze=False, sharex=True
     )
+    legend = [
+        Patch(color=BACKLOG_COLOUR, label="backlog batch"),
+        Patch(color=LIVE_COLOUR, label="live batch"),
+        Line2D([], [], color=FRESHNESS_COLOUR, marker=".", label="live freshness p50"),
+    ]
     for axis, (label, checkpoints) in zip(axes[:, 0], runs, strict=True):
+        axis.set_title(label if checkpoints else f"{label}: no checkpoints")
+        axis.set_ylabel("rows per batch")
         if not checkpoints:
-            axis.set_title(f"{label}: no checkpoints")
             continue
         origin = checkpoints[0].started_at
         backlog = [c for c in checkpoints if c.is_backlog]
         if backlog:
-            axis.axvspan(
-                0, backlog[-1].committed_at - origin, color="#f4d6a0", alpha=0.6, label="backlog"
-            )
+            axis.axvspan(0, backlog[-1].committed_at - origin, color=BACKLOG_COLOUR, alpha=0.15)
         for checkpoint in checkpoints:
             axis.bar(
                 checkpoint.started_at - origin,
                 max(checkpoint.rows, 1),
                 width=max(checkpoint.duration_s, 0.05),
                 align="edge",
-                color="#b5651d" if checkpoint.is_backlog else "#2b7bb9",
+                color=BACKLOG_COLOUR if checkpoint.is_backlog else LIVE_COLOUR,
             )
-            axis.axvline(checkpoint.committed_at - origin, color="#555555", lw=0.4, alpha=0.5)
+            axis.axvline(checkpoint.committed_at - origin, color="#555555", lw=0.4, alpha=0.4)
         axis.set_yscale("log")
-        axis.set_ylabel("rows per batch")
-        axis.set_xlabel("seconds since the first batch started (grey lines: checkpoints)")
-        axis.set_title(label)
         fresh = [
-            (
-                c.committed_at - origin,
-                median([c.committed_at - t for t in c.event_time_quantiles_s]),
-            )
+            (c.committed_at - origin, median([c.committed_at - t for t in quantiles]))
             for c in checkpoints
-            if not c.is_backlog and c.event_time_quantiles_s
+            if not c.is_backlog and (quantiles := c.event_time_quantiles_s)
         ]
         if fresh:
             twin = axis.twinx()
-            twin.plot(*zip(*fresh, strict=True), ".-", color="#2ca02c", lw=1, ms=3)
+            twin.plot(*zip(*fresh, strict=True), ".-", color=FRESHNESS_COLOUR, lw=1, ms=3)
             twin.set_yscale("log")
-            twin.set_ylabel("live freshness p50 (s)", color="#2ca02c")
-        axis.legend(loc="upper right")
+            twin.set_ylabel("freshness p50 (s)", color=FRESHNESS_COLOUR)
+        axis.legend(handles=legend, loc="upper right", fontsize="small")
+    axes[-1, 0].set_xlabel("seconds since the first batch started (grey lines: checkpoints)")
     figure.suptitle(title)
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=110)
     plt.close(figure)
     return path
+
+
+BACKLOG_COLOUR = "#b5651d"
+LIVE_COLOUR = "#2b7bb9"
+FRESHNESS_COLOUR = "#2ca02c"
