@@ -17,7 +17,6 @@ import argparse
 import json
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 from spark_jobs.demo.report import (
     Checkpoint,
@@ -27,8 +26,14 @@ from spark_jobs.demo.report import (
     plot_timeline,
     weighted_percentile,
 )
-from spark_jobs.demo.runs import Run, for_seconds_after, prepare_history, say
-from spark_jobs.jobs.launch import JavaMissing, require_java
+from spark_jobs.demo.runs import (
+    Run,
+    add_workspace_arguments,
+    for_seconds_after,
+    prepare_workspace,
+    say,
+)
+from spark_jobs.jobs.launch import JavaMissing
 
 
 @dataclass(frozen=True)
@@ -104,10 +109,7 @@ def table(results: list[Result]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="backlog-benchmark", description=__doc__)
-    parser.add_argument("--workdir", type=Path, default=Path("var/benchmark"))
-    parser.add_argument("--events", type=int, default=1_000_000)
-    parser.add_argument("--files", type=int, default=100)
-    parser.add_argument("--live-events-per-s", type=int, default=2000)
+    add_workspace_arguments(parser, "var/benchmark", events=1_000_000)
     parser.add_argument("--interval", type=float, default=1.0, help="seconds")
     parser.add_argument("--interval-during-backlog", type=float, default=30.0, help="seconds")
     parser.add_argument(
@@ -115,15 +117,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     try:
-        require_java()
+        workspace = prepare_workspace(args)
     except JavaMissing as error:
         print(f"backlog-benchmark: {error}", file=sys.stderr)
         return 2
-    workdir = args.workdir.resolve()
-    say(f"writing a backlog of {args.events:,} events in {args.files} parquet files")
-    first_live_id = prepare_history(workdir / "history", args.events, args.files)
-    metrics = workdir / "metrics.db"
-    metrics.unlink(missing_ok=True)
+    workdir = workspace.root
     # "Sized for live data": room for four intervals' worth of arrivals per batch.
     live_rows = 4 * round(args.live_events_per_s * args.interval)
     results, timelines = [], []
@@ -136,12 +134,12 @@ def main(argv: list[str] | None = None) -> int:
             setup.name,
             workdir / setup.name,
             workdir / "history",
-            f"sqlite:///{metrics}",
+            workspace.metrics_url,
             setup.conf,
             setup.args,
         )
         keep_going = for_seconds_after(caught_up, window_s + 2)
-        checkpoints = run.execute(first_live_id, args.live_events_per_s, keep_going)
+        checkpoints = run.execute(workspace.first_live_id, args.live_events_per_s, keep_going)
         results.append(measure(setup, checkpoints, window_s))
         timelines.append((setup.name, checkpoints))
         say(f"[{setup.name}] {results[-1]}")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from spark_jobs.demo.report import (
     Checkpoint,
@@ -22,8 +21,14 @@ from spark_jobs.demo.report import (
     plot_timeline,
     weighted_percentile,
 )
-from spark_jobs.demo.runs import Run, for_seconds_after, prepare_history, say
-from spark_jobs.jobs.launch import JavaMissing, require_java
+from spark_jobs.demo.runs import (
+    Run,
+    add_workspace_arguments,
+    for_seconds_after,
+    prepare_workspace,
+    say,
+)
+from spark_jobs.jobs.launch import JavaMissing
 
 CONF = {
     "spark.backlog.checkpointing.interval": "2s",
@@ -57,27 +62,20 @@ def summarise(checkpoints: list[Checkpoint], transitions: list[dict]) -> list[st
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="backlog-demo", description=__doc__)
-    parser.add_argument("--workdir", type=Path, default=Path("var/demo"))
-    parser.add_argument("--events", type=int, default=2_000_000)
-    parser.add_argument("--files", type=int, default=100)
-    parser.add_argument("--live-events-per-s", type=int, default=2000)
+    add_workspace_arguments(parser, "var/demo", events=2_000_000)
     parser.add_argument("--live-seconds", type=float, default=40.0, help="time to follow live data")
     args = parser.parse_args(argv)
     try:
-        require_java()
+        workspace = prepare_workspace(args)
     except JavaMissing as error:
         print(f"backlog-demo: {error}", file=sys.stderr)
         return 2
-    workdir = args.workdir.resolve()
-    say(f"writing a backlog of {args.events:,} events in {args.files} parquet files")
-    first_live_id = prepare_history(workdir / "history", args.events, args.files)
-    metrics = workdir / "metrics.db"
-    metrics.unlink(missing_ok=True)
-    run = Run("demo", workdir / "run", workdir / "history", f"sqlite:///{metrics}", CONF)
+    workdir = workspace.root
+    run = Run("demo", workdir / "run", workdir / "history", workspace.metrics_url, CONF)
     keep_going = for_seconds_after(
         lambda checkpoints: any(not c.is_backlog for c in checkpoints), args.live_seconds
     )
-    checkpoints = run.execute(first_live_id, args.live_events_per_s, keep_going)
+    checkpoints = run.execute(workspace.first_live_id, args.live_events_per_s, keep_going)
     _, transitions = load(run.metrics_url, run.name)
     say("")
     for line in summarise(checkpoints, transitions):
@@ -88,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.events:,}-event backlog, then {args.live_events_per_s} events/s live",
     )
     say(f"\ntimeline chart: {chart}")
-    say(f"metrics: {metrics} (tables backlog_checkpoints, backlog_transitions)")
+    say(f"metrics: {workspace.metrics_url} (tables backlog_checkpoints, backlog_transitions)")
     return 0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import shutil
 import subprocess
 import time
@@ -13,11 +14,38 @@ from pathlib import Path
 import spark_jobs.jobs.events_pipeline as events_pipeline
 from spark_jobs.demo.data import LiveProducer, history_range, write_history
 from spark_jobs.demo.report import Checkpoint, load
-from spark_jobs.jobs.launch import job_environment, spark_submit_command
+from spark_jobs.jobs.launch import job_environment, require_java, spark_submit_command
 
 
 def say(message: str) -> None:
     print(message, flush=True)
+
+
+def add_workspace_arguments(parser: argparse.ArgumentParser, workdir: str, events: int) -> None:
+    parser.add_argument("--workdir", type=Path, default=Path(workdir))
+    parser.add_argument("--events", type=int, default=events, help="events in the backlog")
+    parser.add_argument("--files", type=int, default=100, help="parquet files of the backlog")
+    parser.add_argument("--live-events-per-s", type=int, default=2000)
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """A fresh backlog and an empty metrics database under one directory."""
+
+    root: Path
+    first_live_id: int
+    metrics_url: str
+
+
+def prepare_workspace(args: argparse.Namespace) -> Workspace:
+    """Check Java, write the backlog, start a new metrics database."""
+    require_java()
+    root = args.workdir.resolve()
+    say(f"writing a backlog of {args.events:,} events in {args.files} parquet files")
+    first_live_id = prepare_history(root / "history", args.events, args.files)
+    metrics = root / "metrics.db"
+    metrics.unlink(missing_ok=True)
+    return Workspace(root, first_live_id, f"sqlite:///{metrics}")
 
 
 def prepare_history(directory: Path, events: int, files: int) -> int:

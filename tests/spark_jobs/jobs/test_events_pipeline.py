@@ -1,0 +1,42 @@
+import json
+
+import pytest
+
+from spark_jobs.jobs.events_pipeline import hybrid_children, parse_args
+
+PATHS = ["--history", "/h", "--landing", "/l", "--output", "/o", "--checkpoint", "/c"]
+
+
+def test_arguments_and_defaults():
+    args = parse_args([*PATHS, "--window", "1min", "--stop-when-idle", "3s"])
+    assert (args.window, args.watermark, args.stop_when_idle) == (60.0, 10.0, 3.0)
+    assert args.static_trigger is None and args.shuffle_partitions == 4
+    assert json.loads(hybrid_children(args)) == [
+        {"name": "history", "kind": "files", "path": "/h", "format": "parquet"},
+        {"name": "landing", "kind": "landing", "path": "/l", "format": "json"},
+    ]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--window", "10"], "argument --window: '10': a unit is required"),
+        (["--shuffle-partitions", "0"], "'0': expected a whole number above 0"),
+        (["--static-max-rows", "10"], "--static-max-rows needs --static-trigger"),
+        (["--conf", "spark.x"], "--conf 'spark.x': expected KEY=VALUE"),
+        (["--history-format", "xml"], "invalid choice: 'xml'"),
+    ],
+)
+def test_bad_arguments_are_refused_by_name(capsys, extra, message):
+    with pytest.raises(SystemExit) as exit_:
+        parse_args([*PATHS, *extra])
+    assert exit_.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_paths_are_required(capsys):
+    with pytest.raises(SystemExit):
+        parse_args(["--history", "/h"])
+    assert "the following arguments are required: --landing, --output, --checkpoint" in (
+        capsys.readouterr().err
+    )
