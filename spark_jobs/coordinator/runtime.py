@@ -228,9 +228,13 @@ class BacklogRuntime:
         return self._clock() - last.committed_at.timestamp() >= self._cadence_s + seconds
 
     def _drain_progress(self, timeout_s: float = 10.0) -> None:
-        """Listener events arrive asynchronously: wait for the last committed batch's."""
+        """Listener events arrive asynchronously: wait for the last committed batch's.
+
+        An idle query also reports progress, with the next batch's id and no ``addBatch``
+        time; that one goes to ``onQueryIdle``, never to the coordinator.
+        """
         last = self.query.lastProgress if self.query is not None else None
-        if last is None or self.coordinator is None:
+        if last is None or self.coordinator is None or "addBatch" not in last["durationMs"]:
             return
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
