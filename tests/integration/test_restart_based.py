@@ -25,7 +25,7 @@ def write_json_file(directory, index, rows):
 
 def test_the_file_source_switches_its_trigger_at_the_transition(spark, tmp_path):
     dirs = JobDirs(tmp_path)
-    inputs = tmp_path / "in"
+    inputs = tmp_path / "in put"  # Spark logs this path percent-encoded; the probe must match it
     inputs.mkdir()
     for index in range(60):
         write_json_file(inputs, index, 50)
@@ -94,3 +94,4 @@ def test_the_file_source_switches_its_trigger_at_the_transition(spark, tmp_path)
     expected = [i * 1000 + r for i in range(60) for r in range(50)]
     expected += [i * 1000 + r for i in range(60, 90) for r in range(10)]
     assert sorted(ids) == sorted(expected)
+    assert probe.pending_files() == 0
