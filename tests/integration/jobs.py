@@ -21,7 +21,7 @@ import pyarrow.json as pa_json
 import sqlalchemy as sa
 
 import spark_jobs.jobs.events_pipeline as events_pipeline
-from spark_jobs.demo.data import EVENT_ARROW_SCHEMA
+from spark_jobs.demo.data import EVENT_ARROW_SCHEMA, LiveProducer, history_range, write_history
 from spark_jobs.jobs.launch import job_environment, spark_submit_command
 from spark_jobs.metrics.schema import as_utc, backlog_checkpoints, backlog_transitions, make_engine
 
@@ -65,6 +65,17 @@ class JobDirs:
             "--checkpoint",
             str(self.checkpoint),
         ]
+
+
+def backlog_then_live(
+    dirs: JobDirs, events: int, files: int, events_per_s: int, file_every_s: float
+) -> LiveProducer:
+    """Write a historical backlog and start producing live landing files right away."""
+    start, end = history_range(now())
+    first_live_id = write_history(dirs.history, events, files, start, end)
+    producer = LiveProducer(dirs.landing, first_live_id, events_per_s, file_every_s)
+    producer.start()
+    return producer
 
 
 def base_conf(dirs: JobDirs, job: str, **conf: str) -> dict[str, str]:

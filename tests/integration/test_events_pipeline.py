@@ -2,15 +2,14 @@
 
 import statistics
 
-from spark_jobs.demo.data import LiveProducer, history_range, write_history
 from tests.integration.jobs import (
     JobDirs,
     assert_exactly_once,
+    backlog_then_live,
     base_conf,
     batch_starts,
     checkpoints,
     finish,
-    now,
     stay_alive,
     submitted_job,
     transitions,
@@ -26,10 +25,7 @@ def live_rows(dirs):
 
 def test_backlog_then_live_exactly_once_with_a_metrics_outage(tmp_path):
     dirs = JobDirs(tmp_path)
-    start, end = history_range(now())
-    first_live_id = write_history(dirs.history, 300_000, 30, start, end)
-    producer = LiveProducer(dirs.landing, first_live_id, events_per_s=400, file_every_s=0.25)
-    producer.start()
+    producer = backlog_then_live(dirs, 300_000, 30, events_per_s=400, file_every_s=0.25)
     conf = base_conf(
         dirs,
         "pipeline",

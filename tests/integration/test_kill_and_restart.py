@@ -1,15 +1,14 @@
 """SIGKILL in the middle of the backlog and again in real time: the output stays exactly-once."""
 
-from spark_jobs.demo.data import LiveProducer, history_range, write_history
 from tests.integration.jobs import (
     JobDirs,
     assert_exactly_once,
+    backlog_then_live,
     base_conf,
     checkpoints,
     console_job,
     finish,
     kill_hard,
-    now,
     transitions,
     wait_for,
 )
@@ -17,10 +16,7 @@ from tests.integration.jobs import (
 
 def test_killed_in_backlog_and_in_real_time_then_restarted(tmp_path):
     dirs = JobDirs(tmp_path)
-    start, end = history_range(now())
-    first_live_id = write_history(dirs.history, 200_000, 40, start, end)
-    producer = LiveProducer(dirs.landing, first_live_id, events_per_s=300, file_every_s=0.5)
-    producer.start()
+    producer = backlog_then_live(dirs, 200_000, 40, events_per_s=300, file_every_s=0.5)
     # Small backlog batches, so that a kill lands in the middle of the backlog.
     conf = base_conf(
         dirs, "restarts", interval="1s", interval_during_backlog="1min", max_batch_rows="15000"
