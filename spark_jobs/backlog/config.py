@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from spark_jobs.backlog.lag import LagRules, Thresholds
 from spark_jobs.backlog.values import (
     DURATION_FORMAT,
     format_duration,
@@ -27,6 +28,11 @@ JOB_NAME = "spark.backlog.job-name"
 RUN_ID = "spark.backlog.run-id"
 METRICS_URL = "spark.backlog.metrics.url"
 PENDING_FILES_THRESHOLD = "spark.backlog.file-source.pending-files-threshold"
+OFFSET_LAG_ENTER = "spark.backlog.lag.offsets.enter-threshold"
+OFFSET_LAG_LEAVE = "spark.backlog.lag.offsets.leave-threshold"
+WATERMARK_LAG_ENTER = "spark.backlog.lag.watermark.enter-threshold"
+WATERMARK_LAG_LEAVE = "spark.backlog.lag.watermark.leave-threshold"
+LAG_MIN_DWELL = "spark.backlog.lag.min-dwell"
 
 DEFAULTS = {
     INTERVAL: "30s",
@@ -34,6 +40,7 @@ DEFAULTS = {
     MAX_BATCH_ROWS: "1000000",
     METRICS_URL: "sqlite:///backlog_metrics.db",
     PENDING_FILES_THRESHOLD: "10",
+    LAG_MIN_DWELL: "0",
 }
 KNOWN_KEYS = (
     INTERVAL,
@@ -44,6 +51,11 @@ KNOWN_KEYS = (
     RUN_ID,
     METRICS_URL,
     PENDING_FILES_THRESHOLD,
+    OFFSET_LAG_ENTER,
+    OFFSET_LAG_LEAVE,
+    WATERMARK_LAG_ENTER,
+    WATERMARK_LAG_LEAVE,
+    LAG_MIN_DWELL,
 )
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:+-]{0,199}$")
 _NAME_RULE = "1-200 characters: letters, digits and _ . : + - (starting with a letter or digit)"
@@ -64,7 +76,8 @@ class BacklogConfig:
     """Validated settings. Durations are in seconds.
 
     ``interval_during_backlog_s`` is None when unset (same as ``interval_s``) and 0 when
-    periodic checkpoints are disabled during backlog.
+    periodic checkpoints are disabled during backlog. ``lag_rules`` holds the FLIP-328 lag
+    rules; each is off unless its enter threshold is set.
     """
 
     interval_s: float
@@ -75,6 +88,7 @@ class BacklogConfig:
     run_id: str
     metrics_url: str
     pending_files_threshold: int
+    lag_rules: LagRules
 
     @classmethod
     def from_spark_conf(cls, conf: Mapping[str, str], app_name: str | None = None) -> BacklogConfig:
@@ -103,13 +117,45 @@ class BacklogConfig:
                 return None
             return seconds
 
-        def positive_int(key: str) -> int:
-            value = raw(key) or ""
+        def count(key: str, *, zero_allowed: bool = False) -> int | None:
+            value = raw(key)
+            if value is None:
+                return None
+            if zero_allowed and value == "0":
+                return 0
             try:
                 return parse_count(value)
             except ValueError as error:
-                problems.append(f"{key} = {value!r} is invalid: {error}")
-                return 1
+                allowed = "expected 0 or a whole number above 0" if zero_allowed else str(error)
+                problems.append(f"{key} = {value!r} is invalid: {allowed}")
+                return None
+
+        def thresholds(
+            enter_key: str,
+            enter: float | None,
+            leave_key: str,
+            leave: float | None,
+            half: Callable[[float], float],
+            show: Callable[[float], str],
+        ) -> Thresholds | None:
+            """A lag rule's thresholds; None when it is off or a value was refused."""
+            if raw(enter_key) is None:
+                if raw(leave_key) is not None:
+                    problems.append(
+                        f"{leave_key} = {raw(leave_key)!r} is invalid: it applies only with "
+                        f"{enter_key} set, which turns the rule on"
+                    )
+                return None
+            if enter is None or (leave is None and raw(leave_key) is not None):
+                return None
+            leave = half(enter) if leave is None else leave
+            if leave > enter:
+                problems.append(
+                    f"{leave_key} = {raw(leave_key)!r} is invalid: it must be at most "
+                    f"{enter_key} ({show(enter)}), since lag leaves backlog at or below it"
+                )
+                return None
+            return Thresholds(enter=enter, leave=leave)
 
         def name(key: str, fallback: str | None) -> str:
             value = raw(key) or fallback
@@ -132,6 +178,23 @@ class BacklogConfig:
                 "be rarer"
             )
         min_pause = duration(MIN_PAUSE, 0.0, f"expected {DURATION_FORMAT}")
+        offset_lag = thresholds(
+            OFFSET_LAG_ENTER,
+            count(OFFSET_LAG_ENTER),
+            OFFSET_LAG_LEAVE,
+            count(OFFSET_LAG_LEAVE, zero_allowed=True),
+            half=lambda enter: enter // 2,
+            show=str,
+        )
+        watermark_lag = thresholds(
+            WATERMARK_LAG_ENTER,
+            duration(WATERMARK_LAG_ENTER, 0.001, f"must be at least 1ms ({DURATION_FORMAT})"),
+            WATERMARK_LAG_LEAVE,
+            duration(WATERMARK_LAG_LEAVE, 0.0, f"expected {DURATION_FORMAT}"),
+            half=lambda enter: enter / 2,
+            show=format_duration,
+        )
+        min_dwell = duration(LAG_MIN_DWELL, 0.0, f"expected {DURATION_FORMAT}")
         metrics_url = raw(METRICS_URL) or ""
         if not _URL.match(metrics_url):
             problems.append(f"{METRICS_URL} = {metrics_url!r} is invalid: expected {_URL_RULE}")
@@ -139,11 +202,14 @@ class BacklogConfig:
             interval_s=interval or 0.0,
             interval_during_backlog_s=during,
             min_pause_s=min_pause or 0.0,
-            max_batch_rows=positive_int(MAX_BATCH_ROWS),
+            max_batch_rows=count(MAX_BATCH_ROWS) or 1,
             job_name=name(JOB_NAME, app_name),
             run_id=name(RUN_ID, uuid.uuid4().hex),
             metrics_url=metrics_url,
-            pending_files_threshold=positive_int(PENDING_FILES_THRESHOLD),
+            pending_files_threshold=count(PENDING_FILES_THRESHOLD) or 1,
+            lag_rules=LagRules(
+                offsets=offset_lag, watermark_s=watermark_lag, min_dwell_s=min_dwell or 0.0
+            ),
         )
         if problems:
             raise ConfigError(problems)
@@ -153,11 +219,20 @@ class BacklogConfig:
         """One line for the driver log."""
         during = self.interval_during_backlog_s
         during_text = "same as interval" if during is None else format_duration(during)
-        return (
+        line = (
             f"job={self.job_name} run={self.run_id} interval={format_duration(self.interval_s)} "
             f"interval-during-backlog={during_text} min-pause={format_duration(self.min_pause_s)} "
             f"max-batch-rows={self.max_batch_rows}"
         )
+        lag = self.lag_rules
+        if lag.offsets is not None:
+            line += f" offset-lag=enter>{lag.offsets.enter},leave<={lag.offsets.leave}"
+        if lag.watermark_s is not None:
+            enter, leave = lag.watermark_s.enter, lag.watermark_s.leave
+            line += f" watermark-lag=enter>{format_duration(enter)},leave<={format_duration(leave)}"
+        if lag.offsets is not None or lag.watermark_s is not None:
+            line += f" lag-min-dwell={format_duration(lag.min_dwell_s)}"
+        return line
 
 
 def checkpoint_interval(config: BacklogConfig, job_is_backlog: bool) -> float | None:

@@ -12,6 +12,7 @@ from typing import Protocol
 from spark_jobs.backlog.config import BacklogConfig
 from spark_jobs.backlog.decider import CheckpointDecider, CommittedBatch, Decision
 from spark_jobs.backlog.graph import OperatorGraph
+from spark_jobs.backlog.lag import LagDetector, watermark_lag_s
 from spark_jobs.backlog.status import BacklogModel, SourceStatus
 from spark_jobs.coordinator.progress import BatchProgress
 from spark_jobs.metrics.schema import CheckpointRow, TransitionRow
@@ -42,7 +43,9 @@ class Recorder(Protocol):
 class BacklogCoordinator:
     """Aggregates the sources' statuses, asks the decider, applies the answer and records it.
 
-    Called from the query listener after every committed micro-batch; owns no thread.
+    Every status passes through the lag rules, which may hold a source in backlog whatever
+    its phase. Called from the query listener after every committed micro-batch; owns no
+    thread.
     """
 
     def __init__(
@@ -62,6 +65,8 @@ class BacklogCoordinator:
         self._graph = graph
         self.model = BacklogModel(graph.source_names() if graph else ())
         self.decider = CheckpointDecider(config, clock)
+        self._clock = clock
+        self._lag = LagDetector(config.lag_rules, clock)
         self._backlog_sources: set[str] | None = None
         self._runs: set[str] = set()
         self.last_progress: BatchProgress | None = None
@@ -86,7 +91,8 @@ class BacklogCoordinator:
         for probe in self._probes:
             probe.observe(progress)
             statuses.append(probe.status())
-        self._observe(statuses, progress.committed_at)
+        lag_s = watermark_lag_s(self._clock(), progress.watermark, progress.num_input_rows)
+        self._observe(statuses, progress.committed_at, lag_s)
         job_is_backlog = bool(self._backlog_sources)
         batch = CommittedBatch(
             batch_id=progress.batch_id,
@@ -102,9 +108,11 @@ class BacklogCoordinator:
         self.last_progress = progress
         return decision
 
-    def _observe(self, statuses: list[SourceStatus], at: datetime) -> None:
+    def _observe(
+        self, statuses: list[SourceStatus], at: datetime, watermark_lag: float | None = None
+    ) -> None:
         for status in statuses:
-            self.model.report(status)
+            self.model.report(self._lag.observe(status, watermark_lag))
         now_backlog = set(self.model.backlog_sources())
         before = self._backlog_sources
         self._backlog_sources = now_backlog

@@ -1,6 +1,7 @@
 import pytest
 
 from spark_jobs.backlog.config import BacklogConfig, ConfigError, checkpoint_interval
+from spark_jobs.backlog.lag import LagRules, Thresholds
 
 BASE = {"spark.backlog.job-name": "orders"}
 
@@ -27,6 +28,7 @@ def test_defaults():
     assert config.job_name == "my-app"
     assert config.metrics_url == "sqlite:///backlog_metrics.db"
     assert len(config.run_id) == 32
+    assert config.lag_rules == LagRules(offsets=None, watermark_s=None, min_dwell_s=0)
 
 
 def test_reads_every_key():
@@ -102,12 +104,37 @@ def test_backlog_interval_shorter_than_interval_is_refused_with_flinks_reason():
         ("metrics.url", "mysql://db/metrics", "expected an SQLAlchemy URL"),
         ("metrics.url", "/tmp/metrics.db", "expected an SQLAlchemy URL"),
         ("file-source.pending-files-threshold", "-2", "expected a whole number above 0"),
+        ("lag.offsets.enter-threshold", "0", "expected a whole number above 0"),
+        ("lag.offsets.enter-threshold", "many", "expected a whole number above 0"),
+        ("lag.watermark.enter-threshold", "0", "must be at least 1ms"),
+        ("lag.watermark.enter-threshold", "300", "a unit is required"),
+        ("lag.min-dwell", "a while", "expected a number with a unit"),
     ],
 )
 def test_each_invalid_value_is_named_with_what_is_allowed(key, value, expected):
     [problem] = problems({f"spark.backlog.{key}": value})
     assert problem.startswith(f"spark.backlog.{key} = {value!r} is invalid: ")
     assert expected in problem
+
+
+@pytest.mark.parametrize(
+    ("rule", "enter", "leave", "expected"),
+    [
+        ("offsets", "1000", "-1", "expected 0 or a whole number above 0"),
+        ("offsets", "1000", "1.5", "expected 0 or a whole number above 0"),
+        (
+            "watermark",
+            "1h",
+            "1 week",
+            "unknown unit 'week'; expected a number with a unit, such as 500ms, 30s, 30min, 1h "
+            "or 1d (or 0)",
+        ),
+    ],
+)
+def test_an_invalid_leave_threshold_is_named_with_what_is_allowed(rule, enter, leave, expected):
+    key = f"spark.backlog.lag.{rule}.leave-threshold"
+    [problem] = problems({f"spark.backlog.lag.{rule}.enter-threshold": enter, key: leave})
+    assert problem == f"{key} = {leave!r} is invalid: {expected}"
 
 
 def test_unknown_key_is_refused_with_the_known_ones():
@@ -141,4 +168,91 @@ def test_describe_is_one_readable_line():
     assert config.describe() == (
         "job=orders run=r1 interval=2s interval-during-backlog=same as interval "
         "min-pause=0 max-batch-rows=1000000"
+    )
+
+
+LAG = "spark.backlog.lag."
+
+
+def lag_rules(**conf: str) -> LagRules:
+    return BacklogConfig.from_spark_conf({**BASE, **conf}).lag_rules
+
+
+def test_lag_rules_with_both_thresholds():
+    assert lag_rules(
+        **{
+            f"{LAG}offsets.enter-threshold": "100_000",
+            f"{LAG}offsets.leave-threshold": "0",
+            f"{LAG}watermark.enter-threshold": "10min",
+            f"{LAG}watermark.leave-threshold": "90s",
+            f"{LAG}min-dwell": "30s",
+        }
+    ) == LagRules(
+        offsets=Thresholds(enter=100_000, leave=0),
+        watermark_s=Thresholds(enter=600, leave=90),
+        min_dwell_s=30,
+    )
+
+
+def test_an_unset_leave_threshold_is_half_the_enter_one():
+    rules = lag_rules(
+        **{f"{LAG}offsets.enter-threshold": "1001", f"{LAG}watermark.enter-threshold": "5min"}
+    )
+    assert rules == LagRules(
+        offsets=Thresholds(enter=1001, leave=500), watermark_s=Thresholds(enter=300, leave=150)
+    )
+
+
+def test_a_leave_threshold_equal_to_the_enter_one_is_accepted():
+    rules = lag_rules(
+        **{f"{LAG}offsets.enter-threshold": "500", f"{LAG}offsets.leave-threshold": "500"}
+    )
+    assert rules.offsets == Thresholds(enter=500, leave=500)
+
+
+def test_a_leave_threshold_above_the_enter_one_is_refused():
+    found = problems(
+        {
+            f"{LAG}offsets.enter-threshold": "1000",
+            f"{LAG}offsets.leave-threshold": "1001",
+            f"{LAG}watermark.enter-threshold": "1min",
+            f"{LAG}watermark.leave-threshold": "61s",
+        }
+    )
+    assert found == [
+        "spark.backlog.lag.offsets.leave-threshold = '1001' is invalid: it must be at most "
+        "spark.backlog.lag.offsets.enter-threshold (1000), since lag leaves backlog at or "
+        "below it",
+        "spark.backlog.lag.watermark.leave-threshold = '61s' is invalid: it must be at most "
+        "spark.backlog.lag.watermark.enter-threshold (1min), since lag leaves backlog at or "
+        "below it",
+    ]
+
+
+def test_a_leave_threshold_without_its_enter_threshold_is_refused():
+    found = problems(
+        {f"{LAG}offsets.leave-threshold": "10", f"{LAG}watermark.leave-threshold": "1min"}
+    )
+    assert found == [
+        "spark.backlog.lag.offsets.leave-threshold = '10' is invalid: it applies only with "
+        "spark.backlog.lag.offsets.enter-threshold set, which turns the rule on",
+        "spark.backlog.lag.watermark.leave-threshold = '1min' is invalid: it applies only with "
+        "spark.backlog.lag.watermark.enter-threshold set, which turns the rule on",
+    ]
+
+
+def test_describe_names_the_lag_rules_that_are_on():
+    config = BacklogConfig.from_spark_conf(
+        {
+            **BASE,
+            "spark.backlog.run-id": "r1",
+            f"{LAG}offsets.enter-threshold": "5000",
+            f"{LAG}watermark.enter-threshold": "5min",
+            f"{LAG}min-dwell": "1min",
+        }
+    )
+    assert config.describe() == (
+        "job=orders run=r1 interval=30s interval-during-backlog=same as interval "
+        "min-pause=0 max-batch-rows=1000000 offset-lag=enter>5000,leave<=2500 "
+        "watermark-lag=enter>5min,leave<=150s lag-min-dwell=1min"
     )

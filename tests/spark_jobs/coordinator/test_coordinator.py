@@ -5,6 +5,7 @@ import sqlalchemy as sa
 
 from spark_jobs.backlog.config import BacklogConfig
 from spark_jobs.backlog.graph import Operator, OperatorGraph, OperatorKind
+from spark_jobs.backlog.status import SourceStatus
 from spark_jobs.coordinator.appliers import SourceGatedApplier
 from spark_jobs.coordinator.coordinator import BacklogCoordinator
 from spark_jobs.coordinator.progress import BatchProgress
@@ -23,17 +24,30 @@ CONF = {
 
 
 @pytest.fixture
-def parts(tmp_path):
-    config = BacklogConfig.from_spark_conf(CONF)
-    url = f"sqlite:///{tmp_path}/metrics.db"
-    writer = MetricsWriter(url)
-    channel = PlanChannel(tmp_path / "channel")
-    clock = FakeClock(1_795_261_800.0)
-    coordinator = BacklogCoordinator(
-        config, SourceGatedApplier(channel, config), writer, clock=clock
-    )
-    yield coordinator, channel, writer, make_engine(url), clock
-    writer.close()
+def make_parts(tmp_path):
+    """Builds a coordinator from Spark conf, with its plan channel, metrics and clock."""
+    writers = []
+
+    def make(conf, probes=()):
+        config = BacklogConfig.from_spark_conf(conf)
+        url = f"sqlite:///{tmp_path}/metrics.db"
+        writer = MetricsWriter(url)
+        writers.append(writer)
+        channel = PlanChannel(tmp_path / "channel")
+        clock = FakeClock(1_795_261_800.0)
+        coordinator = BacklogCoordinator(
+            config, SourceGatedApplier(channel, config), writer, clock=clock, probes=probes
+        )
+        return coordinator, channel, writer, make_engine(url), clock
+
+    yield make
+    for writer in writers:
+        writer.close()
+
+
+@pytest.fixture
+def parts(make_parts):
+    return make_parts(CONF)
 
 
 def rows(engine, table):
@@ -155,3 +169,148 @@ def test_operator_statuses_are_logged_at_transitions(tmp_path, caplog):
         "operators: scan-events[events]=live, scan-history[history]=backlog, union=live"
         in caplog.text
     )
+
+
+OFFSET_LAG = {
+    "spark.backlog.lag.offsets.enter-threshold": "1000",
+    "spark.backlog.lag.offsets.leave-threshold": "100",
+}
+
+
+def behind(name: str, offsets: int, **changes) -> BatchProgress:
+    """A recorded batch whose hybrid source reports ``offsets`` behind the latest."""
+    data = json.loads(recorded(name, **changes))
+    data["sources"][0]["latestOffset"]["lag"]["offsets_behind_latest"] = offsets
+    return BatchProgress.from_json(json.dumps(data))
+
+
+def transitions(engine) -> list[tuple[object, bool, str]]:
+    return [
+        (as_utc(r["at"]), r["is_backlog"], r["reason"]) for r in rows(engine, backlog_transitions)
+    ]
+
+
+def test_offset_lag_holds_a_live_phase_in_backlog_and_brings_the_job_back_after_a_burst(make_parts):
+    coordinator, _, writer, engine, clock = make_parts({**CONF, **OFFSET_LAG})
+    batches = [
+        BatchProgress.from_json(recorded("hybrid_backlog")),
+        # the handoff to the live child while far behind it: still in backlog
+        behind("hybrid_handoff", 5000),
+        # between the leave and enter thresholds: still in backlog
+        behind("hybrid_live", 500),
+        behind("hybrid_live", 50, batchId=4, timestamp="2026-11-21T11:50:13.300Z"),
+        # a burst: back to backlog, then caught up again
+        behind("hybrid_live", 2000, batchId=5, timestamp="2026-11-21T11:50:15.500Z"),
+        behind("hybrid_live", 999, batchId=6, timestamp="2026-11-21T11:50:17.700Z"),
+        behind("hybrid_live", 0, batchId=7, timestamp="2026-11-21T11:50:19.900Z"),
+    ]
+    decisions = []
+    for batch in batches:
+        clock.now = batch.committed_at.timestamp()
+        decisions.append(coordinator.on_progress(batch).is_backlog)
+    assert writer.flush()
+
+    assert decisions == [True, True, True, False, True, True, False]
+    checkpoints = rows(engine, backlog_checkpoints)
+    assert [(r["batch_id"], r["is_backlog"]) for r in checkpoints] == [
+        (0, True),
+        (1, True),
+        (3, True),
+        (4, False),
+        (5, True),
+        (6, True),
+        (7, False),
+    ]
+    assert json.loads(checkpoints[1]["sources"]) == [
+        {
+            "name": "events",
+            "is_backlog": True,
+            "finished": False,
+            "phase": "landing",
+            "lag": {"files_behind": 0, "offsets_behind_latest": 5000},
+            "rule": "offset-lag",
+        }
+    ]
+    assert transitions(engine) == [
+        (batches[3].committed_at, False, "offset-lag: events is live (landing)"),
+        (batches[4].committed_at, True, "offset-lag: events is in backlog (landing)"),
+        (batches[6].committed_at, False, "offset-lag: events is live (landing)"),
+    ]
+
+
+def test_a_hybrid_handoff_below_the_lag_threshold_is_still_named_by_its_phase(make_parts):
+    coordinator, _, writer, engine, _ = make_parts({**CONF, **OFFSET_LAG})
+    backlog = BatchProgress.from_json(recorded("hybrid_backlog"))
+    handoff = behind("hybrid_handoff", 20)
+    coordinator.on_progress(backlog)
+    coordinator.on_progress(handoff)
+    assert writer.flush()
+    assert transitions(engine) == [
+        (handoff.committed_at, False, "hybrid-phase: events is live (landing)")
+    ]
+
+
+def test_watermark_lag_counts_only_batches_that_read_rows(make_parts):
+    conf = {
+        **CONF,
+        "spark.backlog.lag.watermark.enter-threshold": "1min",
+        "spark.backlog.lag.watermark.leave-threshold": "10s",
+    }
+    coordinator, _, writer, engine, clock = make_parts(conf)
+    batches = [
+        # 13.4 s behind: live
+        BatchProgress.from_json(recorded("hybrid_live")),
+        # idle for 5 minutes: the watermark stands still and says nothing about lag
+        BatchProgress.from_json(
+            recorded("hybrid_live", batchId=4, timestamp="2026-11-21T11:55:00.000Z", numInputRows=0)
+        ),
+        # after an outage the query reads rows 8 minutes behind
+        BatchProgress.from_json(
+            recorded("hybrid_live", batchId=5, timestamp="2026-11-21T11:58:00.000Z")
+        ),
+        # caught up, the watermark 6.2 s behind: live
+        BatchProgress.from_json(
+            recorded(
+                "hybrid_live",
+                batchId=6,
+                timestamp="2026-11-21T11:59:00.000Z",
+                eventTime={"watermark": "2026-11-21T11:58:55.000Z"},
+            )
+        ),
+    ]
+    decisions = []
+    for batch in batches:
+        clock.now = batch.committed_at.timestamp()
+        decisions.append(coordinator.on_progress(batch).is_backlog)
+    assert writer.flush()
+    assert decisions == [False, False, True, False]
+    assert transitions(engine) == [
+        (batches[2].committed_at, True, "watermark-lag: events is in backlog (landing)"),
+        (batches[3].committed_at, False, "watermark-lag: events is live (landing)"),
+    ]
+
+
+class LaggingProbe:
+    """A probed source reporting the offsets it is behind, as the test sets them."""
+
+    def __init__(self, offsets: int):
+        self.offsets = offsets
+
+    def observe(self, progress: BatchProgress) -> None:
+        pass
+
+    def status(self) -> SourceStatus:
+        return SourceStatus(
+            "orders", phase="tail", lag={"offsets_behind_latest": self.offsets}, rule="probe"
+        )
+
+
+def test_probed_statuses_pass_through_the_lag_rules_from_the_start(make_parts):
+    probe = LaggingProbe(offsets=4000)
+    coordinator, _, writer, engine, _ = make_parts({**CONF, **OFFSET_LAG}, probes=[probe])
+    assert coordinator.start().is_backlog is True
+    probe.offsets = 80
+    batch = BatchProgress.from_json(recorded("file_source"))
+    assert coordinator.on_progress(batch).is_backlog is False
+    assert writer.flush()
+    assert transitions(engine) == [(batch.committed_at, False, "offset-lag: orders is live (tail)")]
