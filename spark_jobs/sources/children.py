@@ -36,7 +36,7 @@ class Planned:
     """How far the next batch may go, and what is known about the data left behind."""
 
     end: Position
-    lag: Mapping[str, int] = field(default_factory=dict)
+    lag: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

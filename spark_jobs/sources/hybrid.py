@@ -7,7 +7,10 @@ child, its phase and whether it is in backlog, so every progress event shows the
 Options (keys are case-insensitive):
 - ``sources``: JSON list of child specs, e.g.
   ``[{"name": "history", "kind": "files", "path": "/data/history", "format": "parquet"},
-  {"name": "landing", "kind": "landing", "path": "/data/landing", "format": "json"}]``;
+  {"name": "landing", "kind": "landing", "path": "/data/landing", "format": "json"}]``
+  or, for a topic as the live phase, ``{"name": "live", "kind": "kafka",
+  "bootstrapServers": "host:9092", "topics": ["events"], "startingOffsets": "earliest",
+  "valueFormat": "json"}`` (see ``kafka.py``);
   a spec may set ``"backlog": true|false`` to override the position rule.
 - ``name``: this source's name in statuses and metrics (default ``hybrid``).
 - ``stateLocation``: where the children keep their durable state; keep it with the
@@ -47,8 +50,9 @@ from spark_jobs.sources.children import (
 )
 from spark_jobs.sources.files import FILE_CHILDREN
 from spark_jobs.sources.gate import PlanChannel, SourceGate
+from spark_jobs.sources.kafka import KafkaChild
 
-CHILD_KINDS: dict[str, type[ChildSource]] = {**FILE_CHILDREN}
+CHILD_KINDS: dict[str, type[ChildSource]] = {**FILE_CHILDREN, KafkaChild.kind: KafkaChild}
 DEFAULT_ROWS_PER_PARTITION = 250_000
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 

@@ -1,0 +1,531 @@
+"""The Kafka child of the hybrid source, read with confluent-kafka.
+
+Positions are ``{"<topic>": {"<partition>": next_offset}}``, like Spark's own Kafka source,
+so replaying a batch from its two positions reads exactly the same records. Planning (in
+Spark's planner process) asks the brokers for each partition's earliest and latest
+offsets; executors read one partition's offset range each, as Arrow record batches.
+
+Records that were deleted by retention before they were read, or an offset beyond the
+end of its partition, fail the batch with the topic, partition and offsets named: a
+checkpoint never moves past records that were not read.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.json as pa_json
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+from spark_jobs.sources.children import (
+    ChildSource,
+    ChildSpecError,
+    Limits,
+    Planned,
+    Position,
+    ReadablePartition,
+    SourceContext,
+    spec_field,
+)
+from spark_jobs.sources.files import StateDirectory, resolve_uri
+
+logger = logging.getLogger(__name__)
+
+#: The record columns of a raw read; with ``valueFormat: json`` they are named ``kafka_*``.
+RECORD_COLUMNS = pa.schema(
+    [
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("timestamp", pa.timestamp("us", tz="UTC")),
+    ]
+)
+RAW_SCHEMA_DDL = (
+    "key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP"
+)
+VALUE_FORMATS = ("raw", "json")
+JSON_METADATA_PREFIX = "kafka_"
+STARTING_KEYWORDS = ("earliest", "latest")
+#: Spark's convention inside explicit starting offsets.
+EARLIEST, LATEST = -2, -1
+METADATA_TIMEOUT_S = 30.0
+#: How long a read waits for records the planner saw before it fails.
+READ_TIMEOUT_S = 60.0
+POLL_TIMEOUT_S = 1.0
+RECORDS_PER_ARROW_BATCH = 10_000
+
+
+class KafkaReadError(RuntimeError):
+    """Records that cannot be read as planned (deleted by retention, out of range, not
+    decodable): the message names topic, partition and offsets."""
+
+
+def partition_key(topic: str, partition: int) -> str:
+    return f"{topic}/{partition}"
+
+
+def _client_config(bootstrap_servers: str, properties: Mapping[str, str]) -> dict[str, Any]:
+    """A consumer that reads assigned ranges: no group offsets, no silent offset reset."""
+    return {
+        **properties,
+        "bootstrap.servers": bootstrap_servers,
+        "group.id": f"backlog-{uuid.uuid4().hex}",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": "error",
+        "enable.partition.eof": False,
+    }
+
+
+def parse_starting_offsets(name: str, value: Any, topics: Sequence[str]) -> Any:
+    """``earliest``, ``latest`` or ``{"topic": {"partition": offset}}`` (-2 earliest, -1 latest)."""
+    if isinstance(value, str) and value.strip().lower() in STARTING_KEYWORDS:
+        return value.strip().lower()
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            value = None if value.strip().startswith("{") else value
+    rule = (
+        "'earliest', 'latest' or a JSON object of topic -> partition -> offset, "
+        'e.g. {"events": {"0": 42, "1": -2}} (-2 = earliest, -1 = latest)'
+    )
+    if not isinstance(value, dict):
+        raise ChildSpecError(f"child source {name!r}: startingOffsets = {value!r} must be {rule}")
+    for topic, partitions in value.items():
+        if topic not in topics:
+            raise ChildSpecError(
+                f"child source {name!r}: startingOffsets names topic {topic!r}, "
+                f"which is not among the topics read: {list(topics)}"
+            )
+        if not isinstance(partitions, dict) or not all(
+            str(p).isdigit() and isinstance(o, int) and not isinstance(o, bool) and o >= -2
+            for p, o in partitions.items()
+        ):
+            raise ChildSpecError(
+                f"child source {name!r}: startingOffsets[{topic!r}] = {partitions!r} must "
+                f"map partition numbers to offsets >= -2; expected {rule}"
+            )
+    return {topic: {str(p): o for p, o in parts.items()} for topic, parts in value.items()}
+
+
+@dataclass(frozen=True)
+class PartitionRange:
+    """From ``start`` to the partition's ``latest`` offset at planning time."""
+
+    topic: str
+    partition: int
+    start: int
+    latest: int
+    #: A partition that appeared since ``start``: it joins the position at its earliest
+    #: offset and is read from the next batch on, so replaying a batch reads the same records.
+    new: bool = False
+
+
+class KafkaChild(ChildSource):
+    """Subscribed topics, from the starting offsets on; never ends."""
+
+    kind = "kafka"
+    bounded = False
+    STARTING = "starting-offsets.json"
+
+    def __init__(
+        self,
+        name: str,
+        bootstrap_servers: str,
+        topics: list[str],
+        starting: Any,
+        properties: Mapping[str, str],
+        value_format: str,
+        state: StateDirectory | None,
+        schema: pa.Schema,
+        rows_per_partition: int,
+    ):
+        super().__init__(name)
+        self.bootstrap_servers = bootstrap_servers
+        self.topics = topics
+        self.starting = starting
+        self.properties = dict(properties)
+        self.value_format = value_format
+        self.state = state
+        self.schema = schema
+        self.rows_per_partition = rows_per_partition
+        self._consumer: Consumer | None = None
+        self._resolved_start: Position | None = None
+        _check_schema(name, schema, value_format)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The reader travels to executors; a client connection does not.
+        return {**self.__dict__, "_consumer": None}
+
+    @classmethod
+    def from_spec(cls, spec: Mapping[str, Any], context: SourceContext) -> KafkaChild:
+        name = spec_field(spec, "name", str)
+        topics = spec.get("topics")
+        if isinstance(topics, str):
+            topics = [t.strip() for t in topics.split(",") if t.strip()]
+        if not topics or not all(isinstance(t, str) and t for t in topics):
+            raise ChildSpecError(
+                f"child source {name!r}: field 'topics' = {spec.get('topics')!r} must be a "
+                "non-empty list of topic names (or one comma-separated string)"
+            )
+        value_format = spec_field(spec, "valueFormat", str, "raw")
+        if value_format not in VALUE_FORMATS:
+            raise ChildSpecError(
+                f"child source {name!r}: field 'valueFormat' = {value_format!r} must be one "
+                f"of {list(VALUE_FORMATS)}"
+            )
+        properties = spec_field(spec, "properties", dict, {})
+        if not all(isinstance(v, str | int | float | bool) for v in properties.values()):
+            raise ChildSpecError(
+                f"child source {name!r}: field 'properties' = {properties!r} must map "
+                "client property names to plain values"
+            )
+        starting = parse_starting_offsets(name, spec.get("startingOffsets", "latest"), topics)
+        if starting == "latest" and not context.state_location:
+            raise ChildSpecError(
+                f"child source {name!r}: startingOffsets 'latest' is resolved once and kept, "
+                "so the source needs the option 'stateLocation' (kept with the checkpoint)"
+            )
+        state = None
+        if context.state_location:
+            state = StateDirectory(f"{resolve_uri(context.state_location)}/{name}")
+        return cls(
+            name=name,
+            bootstrap_servers=spec_field(spec, "bootstrapServers", str),
+            topics=list(topics),
+            starting=starting,
+            properties=properties,
+            value_format=value_format,
+            state=state,
+            schema=context.schema,
+            rows_per_partition=context.rows_per_partition,
+        )
+
+    # --- brokers ---------------------------------------------------------------------------
+
+    @property
+    def consumer(self) -> Consumer:
+        if self._consumer is None:
+            self._consumer = Consumer(_client_config(self.bootstrap_servers, self.properties))
+        return self._consumer
+
+    def _partitions(self) -> list[tuple[str, int]]:
+        found = []
+        for topic in self.topics:
+            try:
+                metadata = self.consumer.list_topics(topic, timeout=METADATA_TIMEOUT_S)
+            except KafkaException as error:
+                raise KafkaReadError(
+                    f"child source {self.name!r}: no metadata for topic {topic!r} from "
+                    f"{self.bootstrap_servers}: {error}"
+                ) from None
+            described = metadata.topics.get(topic)
+            if described is None or described.error is not None or not described.partitions:
+                problem = described.error if described is not None else "unknown topic"
+                raise KafkaReadError(
+                    f"child source {self.name!r}: topic {topic!r} is not readable at "
+                    f"{self.bootstrap_servers}: {problem}"
+                )
+            found.extend((topic, p) for p in sorted(described.partitions))
+        return found
+
+    def _bounds(self, topic: str, partition: int) -> tuple[int, int]:
+        low, high = self.consumer.get_watermark_offsets(
+            TopicPartition(topic, partition), timeout=METADATA_TIMEOUT_S, cached=False
+        )
+        return low, high
+
+    # --- planning --------------------------------------------------------------------------
+
+    def initial_position(self) -> Position:
+        """The starting offsets, resolved once: kept in the state location when there is one,
+        so ``latest`` means the end at the first start, not at every restart before the
+        first batch was logged."""
+        if self._resolved_start is not None:
+            return self._resolved_start
+        if self.state is not None:
+            self.state.claim({"kind": self.kind, "topics": ",".join(self.topics)})
+            if self.STARTING in self.state.names(self.STARTING):
+                self._resolved_start = self.state.read(self.STARTING)
+                return self._resolved_start
+        resolved: Position = {}
+        for topic, partition in self._partitions():
+            low, high = self._bounds(topic, partition)
+            wanted = self._starting_offset(topic, partition)
+            offset = low if wanted == EARLIEST else high if wanted == LATEST else wanted
+            resolved.setdefault(topic, {})[str(partition)] = offset
+        if self.state is not None:
+            self.state.write(self.STARTING, resolved)
+        logger.info("child source %r starts at %s", self.name, resolved)
+        self._resolved_start = resolved
+        return resolved
+
+    def _starting_offset(self, topic: str, partition: int) -> int:
+        if self.starting == "earliest":
+            return EARLIEST
+        if self.starting == "latest":
+            return LATEST
+        # Partitions the explicit offsets leave out are read from the start.
+        return int(self.starting.get(topic, {}).get(str(partition), EARLIEST))
+
+    def ranges(self, start: Position) -> list[PartitionRange]:
+        """Every partition from ``start`` to its latest offset, checked against retention."""
+        ranges = []
+        current = {(t, p) for t, parts in start.items() for p in parts}
+        partitions = self._partitions()
+        for topic, partition in partitions:
+            low, high = self._bounds(topic, partition)
+            offset = start.get(topic, {}).get(str(partition))
+            if offset is None:
+                logger.info("child source %r: new partition %s/%s", self.name, topic, partition)
+                ranges.append(PartitionRange(topic, partition, low, high, new=True))
+                continue
+            if offset < low:
+                raise KafkaReadError(
+                    f"child source {self.name!r}: topic {topic!r} partition {partition}: "
+                    f"offsets {offset}..{low - 1} were deleted (retention) before they were "
+                    f"read; the earliest available offset is {low}. The batch fails rather "
+                    "than skip them: to accept the loss, start a new checkpoint with "
+                    "explicit startingOffsets"
+                )
+            if offset > high:
+                raise KafkaReadError(
+                    f"child source {self.name!r}: topic {topic!r} partition {partition}: "
+                    f"offset {offset} is out of range, beyond the latest offset {high} "
+                    "(was the topic deleted and created again?)"
+                )
+            ranges.append(PartitionRange(topic, partition, offset, high))
+        vanished = current - {(t, str(p)) for t, p in partitions}
+        if vanished:
+            raise KafkaReadError(
+                f"child source {self.name!r}: partitions {sorted(vanished)} were read "
+                "before but are gone from the brokers"
+            )
+        return ranges
+
+    def plan(self, start: Position, limits: Limits) -> Planned:
+        ranges = self.ranges(start)
+        takes = _share([0 if r.new else r.latest - r.start for r in ranges], limits.max_rows)
+        end: Position = {}
+        behind: dict[str, int] = {}
+        for piece, take in zip(ranges, takes, strict=True):
+            stop = piece.start + take
+            end.setdefault(piece.topic, {})[str(piece.partition)] = stop
+            behind[partition_key(piece.topic, piece.partition)] = piece.latest - stop
+        return Planned(
+            end,
+            {
+                "offsets_behind_latest": sum(behind.values()),
+                "max_offsets_behind_latest": max(behind.values(), default=0),
+                "partitions": behind,
+            },
+        )
+
+    def is_exhausted(self, position: Position) -> bool:
+        return False
+
+    def partitions(self, start: Position, end: Position) -> list[ReadablePartition]:
+        pieces: list[ReadablePartition] = []
+        for topic, parts in end.items():
+            for partition, stop in parts.items():
+                offset = start.get(topic, {}).get(partition, stop)
+                while offset < stop:
+                    until = min(stop, offset + self.rows_per_partition)
+                    pieces.append(
+                        KafkaRangePartition(
+                            self.bootstrap_servers,
+                            self.properties,
+                            topic,
+                            int(partition),
+                            offset,
+                            until,
+                            self.value_format,
+                        )
+                    )
+                    offset = until
+        return pieces
+
+
+def _share(available: list[int], limit: int | None) -> list[int]:
+    """Split a row limit over partitions in proportion to what each has waiting.
+
+    The shares add up to exactly ``min(limit, total)``, so a batch is as large as allowed.
+    """
+    total = sum(available)
+    if limit is None or limit >= total:
+        return list(available)
+    takes = [available_here * limit // total for available_here in available]
+    # Hand out what rounding left, to the partitions with the most left behind.
+    order = sorted(range(len(available)), key=lambda i: available[i] - takes[i], reverse=True)
+    for i in order[: limit - sum(takes)]:
+        takes[i] += 1
+    return takes
+
+
+def _check_schema(name: str, schema: pa.Schema, value_format: str) -> None:
+    """A raw read yields only record columns; a JSON read yields fields of the value plus
+    record columns named ``kafka_<column>``."""
+    if value_format == "raw":
+        unknown = [f.name for f in schema if f.name not in RECORD_COLUMNS.names]
+        if unknown:
+            raise ChildSpecError(
+                f"child source {name!r}: columns {unknown} are not record columns "
+                f'{RECORD_COLUMNS.names}; set "valueFormat": "json" to read them from the '
+                "JSON value"
+            )
+        return
+    metadata = [f.name for f in schema if f.name.startswith(JSON_METADATA_PREFIX)]
+    unknown = [n for n in metadata if n[len(JSON_METADATA_PREFIX) :] not in RECORD_COLUMNS.names]
+    if unknown:
+        raise ChildSpecError(
+            f"child source {name!r}: columns {unknown} start with {JSON_METADATA_PREFIX!r} "
+            f"but name no record column; allowed: "
+            f"{[JSON_METADATA_PREFIX + n for n in RECORD_COLUMNS.names]}"
+        )
+
+
+class KafkaRangePartition(ReadablePartition):
+    """One partition's offsets ``[start, stop)``, read on an executor."""
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        properties: Mapping[str, str],
+        topic: str,
+        partition: int,
+        start: int,
+        stop: int,
+        value_format: str,
+    ):
+        self.bootstrap_servers = bootstrap_servers
+        self.properties = dict(properties)
+        self.topic = topic
+        self.partition = partition
+        self.start = start
+        self.stop = stop
+        self.value_format = value_format
+
+    def describe(self) -> str:
+        return f"topic {self.topic!r} partition {self.partition} offsets {self.start}..{self.stop}"
+
+    def read(self, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+        consumer = Consumer(_client_config(self.bootstrap_servers, self.properties))
+        try:
+            for records in self._records(consumer):
+                yield from _to_arrow(records, schema, self.value_format).to_batches()
+        finally:
+            consumer.close()
+
+    def _records(self, consumer: Consumer) -> Iterator[list[Any]]:
+        partition = TopicPartition(self.topic, self.partition)
+        low, _ = consumer.get_watermark_offsets(partition, timeout=METADATA_TIMEOUT_S, cached=False)
+        if low > self.start:
+            raise KafkaReadError(
+                f"{self.describe()}: offsets {self.start}..{low - 1} were deleted (retention) "
+                f"after planning and before reading; the earliest available is {low}"
+            )
+        consumer.assign([TopicPartition(self.topic, self.partition, self.start)])
+        next_offset = self.start
+        deadline = time.monotonic() + READ_TIMEOUT_S
+        while next_offset < self.stop:
+            # consume() waits until it has as many records as asked, so ask for no more
+            # than the range holds.
+            count = min(self.stop - next_offset, RECORDS_PER_ARROW_BATCH)
+            messages = consumer.consume(count, timeout=POLL_TIMEOUT_S)
+            if not messages:
+                (position,) = consumer.position([partition])
+                if position.offset >= self.stop:
+                    return  # the rest were gaps (compaction, transaction markers)
+                if time.monotonic() > deadline:
+                    raise KafkaReadError(
+                        f"{self.describe()}: no records after offset {next_offset} within "
+                        f"{READ_TIMEOUT_S:.0f} s although the brokers reported them at planning"
+                    )
+                continue
+            deadline = time.monotonic() + READ_TIMEOUT_S
+            wanted = []
+            for message in messages:
+                error = message.error()
+                if error is not None:
+                    raise KafkaReadError(self._explain(error, next_offset))
+                if message.offset() >= self.stop:
+                    break
+                wanted.append(message)
+                next_offset = message.offset() + 1
+            if wanted:
+                yield wanted
+            if len(wanted) < len(messages):
+                return
+
+    def _explain(self, error: KafkaError, offset: int) -> str:
+        if error.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+            return (
+                f"{self.describe()}: offset {offset} is no longer (or not yet) on the broker: "
+                f"{error.str()}. Records are never skipped: the batch fails"
+            )
+        return f"{self.describe()}: {error.str()}"
+
+
+def _to_arrow(messages: list[Any], schema: pa.Schema, value_format: str) -> pa.Table:
+    columns = {
+        "key": pa.array([m.key() for m in messages], pa.binary()),
+        "value": pa.array([m.value() for m in messages], pa.binary()),
+        "topic": pa.array([m.topic() for m in messages], pa.string()),
+        "partition": pa.array([m.partition() for m in messages], pa.int32()),
+        "offset": pa.array([m.offset() for m in messages], pa.int64()),
+        "timestamp": pa.array([m.timestamp()[1] * 1000 for m in messages], pa.int64()).cast(
+            pa.timestamp("us", tz="UTC")
+        ),
+    }
+    if value_format == "raw":
+        return pa.table({f.name: columns[f.name].cast(f.type) for f in schema})
+    fields = pa.schema([f for f in schema if not f.name.startswith(JSON_METADATA_PREFIX)])
+    decoded = _decode_json(messages, fields)
+    return pa.table(
+        {
+            f.name: columns[f.name[len(JSON_METADATA_PREFIX) :]].cast(f.type)
+            if f.name.startswith(JSON_METADATA_PREFIX)
+            else decoded.column(f.name)
+            for f in schema
+        }
+    )
+
+
+def _decode_json(messages: list[Any], fields: pa.Schema) -> pa.Table:
+    """One JSON object per record value; a null value (a tombstone) gives a row of nulls."""
+    values = [m.value() or b"{}" for m in messages]
+    options = pa_json.ParseOptions(explicit_schema=fields, unexpected_field_behavior="ignore")
+    try:
+        table = pa_json.read_json(io.BytesIO(b"\n".join(values)), parse_options=options)
+        if table.num_rows == len(values):
+            return table.select(fields.names).cast(fields)
+    except pa.ArrowInvalid:
+        pass
+    # Name the first record that does not decode on its own.
+    for message, value in zip(messages, values, strict=True):
+        try:
+            single = pa_json.read_json(
+                io.BytesIO(value.replace(b"\n", b" ")), parse_options=options
+            )
+            if single.num_rows != 1:
+                raise pa.ArrowInvalid(f"{single.num_rows} JSON objects in one record")
+        except pa.ArrowInvalid as error:
+            raise KafkaReadError(
+                f"topic {message.topic()!r} partition {message.partition()} offset "
+                f"{message.offset()}: the value is not one JSON object of "
+                f"{fields.names}: {error}: {value[:200]!r}"
+            ) from None
+    values = [value.replace(b"\n", b" ") for value in values]
+    table = pa_json.read_json(io.BytesIO(b"\n".join(values)), parse_options=options)
+    return table.select(fields.names).cast(fields)

@@ -1,0 +1,75 @@
+"""``spark.readStream.format("backlog_kafka")``: the Kafka child on its own.
+
+Options follow Spark's own Kafka source where they mean the same (keys are case-insensitive):
+- ``kafka.bootstrap.servers`` (required), ``subscribe`` (comma-separated topics);
+  any other ``kafka.<property>`` goes to the client (security, SASL...);
+- ``startingOffsets``: ``earliest``, ``latest`` (the default) or JSON
+  ``{"topic": {"partition": offset}}`` with -2 for earliest and -1 for latest;
+- ``maxOffsetsPerTrigger``: a static per-batch limit (one offset is one row);
+- ``valueFormat``: ``raw`` (the default; the columns of ``RAW_SCHEMA_DDL``) or ``json``
+  (the schema's fields from the JSON value, record columns as ``kafka_<column>``);
+- ``name``, ``stateLocation``, ``rowsPerPartition``, ``backlogChannel``: as for ``hybrid``.
+
+Offsets have the hybrid source's shape with one child, so the coordinator, the lag rules
+and the metrics treat both alike.
+"""
+
+from __future__ import annotations
+
+import json
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader
+from pyspark.sql.types import StructType
+
+from spark_jobs.sources.children import ChildSpecError
+from spark_jobs.sources.hybrid import HybridOptionError, HybridStreamReader
+from spark_jobs.sources.kafka import RAW_SCHEMA_DDL, KafkaChild
+
+CLIENT_PREFIX = "kafka."
+#: Options of the hybrid reader that pass through unchanged.
+READER_OPTIONS = ("name", "statelocation", "rowsperpartition", "backlogchannel")
+
+
+def child_spec(options: dict[str, str]) -> dict[str, object]:
+    """The one child's spec, from Spark-style options."""
+    servers = options.get("kafka.bootstrap.servers")
+    if not servers:
+        raise HybridOptionError("option 'kafka.bootstrap.servers' is required, e.g. host:9092")
+    topics = options.get("subscribe")
+    if not topics:
+        raise HybridOptionError("option 'subscribe' is required: comma-separated topic names")
+    return {
+        "name": options.get("name", "kafka"),
+        "kind": KafkaChild.kind,
+        "bootstrapServers": servers,
+        "topics": topics,
+        "startingOffsets": options.get("startingoffsets", "latest"),
+        "valueFormat": options.get("valueformat", "raw"),
+        "properties": {
+            key[len(CLIENT_PREFIX) :]: value
+            for key, value in options.items()
+            if key.startswith(CLIENT_PREFIX) and key != "kafka.bootstrap.servers"
+        },
+    }
+
+
+class BacklogKafkaDataSource(DataSource):
+    """Register with ``spark.dataSource.register(BacklogKafkaDataSource)``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "backlog_kafka"
+
+    def schema(self) -> str:
+        return RAW_SCHEMA_DDL
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        options = {key.lower(): value for key, value in self.options.items()}
+        reader_options = {key: options[key] for key in READER_OPTIONS if key in options}
+        if "maxoffsetspertrigger" in options:
+            reader_options["maxRowsPerTrigger"] = options["maxoffsetspertrigger"]
+        reader_options["sources"] = json.dumps([child_spec(options)])
+        try:
+            return HybridStreamReader(reader_options, schema)
+        except ChildSpecError as error:
+            raise HybridOptionError(str(error)) from None
