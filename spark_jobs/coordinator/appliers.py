@@ -8,20 +8,19 @@ limit (measured gap 0.6-1.8 s; a new limit applies one batch late).
 
 from __future__ import annotations
 
-import math
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
 
 from spark_jobs.backlog.config import BacklogConfig
 from spark_jobs.backlog.decider import Decision
 from spark_jobs.backlog.plan import STALE_GRACE_S, TriggerPlan
 from spark_jobs.backlog.values import processing_time
+from spark_jobs.coordinator.coordinator import StatusProbe
 from spark_jobs.coordinator.progress import BatchProgress
 from spark_jobs.sources.gate import PlanChannel
 
-#: Files in the first backlog batch of a file-source query, before rows per file are known.
-PROBE_FILES = 10
 #: A backlog limit this many times above the current one is worth a restart; shrinking
 #: needs a larger factor, since a restart near the end of the backlog is mostly waste.
 GROW_FACTOR = 2.0
@@ -50,38 +49,44 @@ class SourceGatedApplier:
         )
 
 
+class BatchLimits(Protocol):
+    """How to cap one batch of a built-in source, which Spark sizes in its own units: the
+    reader options (``maxFilesPerTrigger``...) for a batch of about ``max_rows`` rows."""
+
+    def limit_options(self, max_rows: int) -> dict[str, str]: ...
+
+
+class RestartProbe(StatusProbe, BatchLimits, Protocol):
+    """What restart-based mode needs of a built-in source: its status and its batch cap."""
+
+
 @dataclass(frozen=True)
 class TriggerSettings:
-    """What a restart-based query is started with."""
+    """What a restart-based query is started with: its trigger, and the reader options
+    that cap its batches (none live)."""
 
     is_backlog: bool
     processing_time_s: float
-    max_files_per_trigger: int | None
+    source_options: Mapping[str, str] = field(default_factory=dict, hash=False)
 
     @property
     def trigger(self) -> dict[str, str]:
         """Keyword arguments for ``DataStreamWriter.trigger``."""
         return {"processingTime": processing_time(self.processing_time_s)}
 
-    @property
-    def source_options(self) -> dict[str, str]:
-        if self.max_files_per_trigger is None:
-            return {}
-        return {"maxFilesPerTrigger": str(self.max_files_per_trigger)}
-
 
 class RestartApplier:
     """Turns decisions into trigger settings and asks for a restart when they change.
 
     Backlog: back to back (trigger 0, or min-pause as the trigger, which Spark measures
-    start to start), files per trigger sized from the decided rows. Real time: trigger
-    ``interval`` with no limit. The restart itself happens on the thread that owns the
-    query.
+    start to start), each batch capped by the source for the decided rows. Real time:
+    trigger ``interval`` with no limit. The restart itself happens on the thread that owns
+    the query.
     """
 
-    def __init__(self, config: BacklogConfig, rows_per_file: Callable[[], float | None]):
+    def __init__(self, config: BacklogConfig, limits: BatchLimits):
         self._config = config
-        self._rows_per_file = rows_per_file
+        self._limits = limits
         self._lock = threading.Lock()
         self.current: TriggerSettings | None = None
         self._wanted: TriggerSettings | None = None
@@ -89,10 +94,9 @@ class RestartApplier:
     def settings_for(self, decision: Decision) -> TriggerSettings:
         if not decision.is_backlog:
             # Everything that arrived: a limit here would let live data pile up again.
-            return TriggerSettings(False, self._config.interval_s, None)
-        per_file = self._rows_per_file()
-        files = PROBE_FILES if per_file is None else math.floor(decision.max_rows / per_file)
-        return TriggerSettings(True, self._config.min_pause_s, max(1, files))
+            return TriggerSettings(False, self._config.interval_s)
+        options = self._limits.limit_options(decision.max_rows)
+        return TriggerSettings(True, self._config.min_pause_s, options)
 
     def apply(self, decision: Decision, progress: BatchProgress | None = None) -> None:
         del progress  # the restart rebuilds the query from the checkpoint
@@ -102,15 +106,20 @@ class RestartApplier:
                 self._wanted = wanted
 
     def _worth_restart(self, current: TriggerSettings, wanted: TriggerSettings) -> bool:
-        if (current.is_backlog, current.processing_time_s) != (
+        """Another mode, trigger or kind of limit always is; the same limit (a count) only
+        when it grows or shrinks enough."""
+        old, new = current.source_options, wanted.source_options
+        if (current.is_backlog, current.processing_time_s, old.keys()) != (
             wanted.is_backlog,
             wanted.processing_time_s,
+            new.keys(),
         ):
             return True
-        if not wanted.is_backlog:
-            return False
-        old, new = current.max_files_per_trigger or 1, wanted.max_files_per_trigger or 1
-        return new >= old * GROW_FACTOR or new * SHRINK_FACTOR <= old
+        return any(
+            int(new[key]) >= int(old[key]) * GROW_FACTOR
+            or int(new[key]) * SHRINK_FACTOR <= int(old[key])
+            for key in new
+        )
 
     def take_restart(self) -> TriggerSettings | None:
         """Settings to restart with, once; None when the query should keep running as is."""

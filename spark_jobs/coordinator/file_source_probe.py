@@ -9,6 +9,7 @@ The source is in backlog while more files wait than ``pending-files-threshold``.
 from __future__ import annotations
 
 import json
+import math
 from collections import deque
 from urllib.parse import unquote, urlparse
 
@@ -20,6 +21,8 @@ from spark_jobs.sources.files import SCHEME_ALIASES, list_files, resolve_uri
 
 #: Rows per file is averaged over this many recent batches.
 RECENT_BATCHES = 8
+#: Files in a backlog batch before rows per file are known.
+PROBE_FILES = 10
 
 
 def _file_key(uri: str) -> str:
@@ -87,6 +90,13 @@ class FileSourceProbe:
     def rows_per_file(self) -> float | None:
         files = sum(f for _, f in self._recent)
         return sum(rows for rows, _ in self._recent) / files if files else None
+
+    def limit_options(self, max_rows: int) -> dict[str, str]:
+        """As many files as hold about ``max_rows`` rows, at least one; a few to learn from
+        before any batch told how many rows a file holds."""
+        per_file = self.rows_per_file()
+        files = PROBE_FILES if per_file is None else math.floor(max_rows / per_file)
+        return {"maxFilesPerTrigger": str(max(1, files))}
 
     def status(self) -> SourceStatus:
         pending = self.pending_files()

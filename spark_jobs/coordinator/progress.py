@@ -15,6 +15,8 @@ from spark_jobs.backlog.status import SourceStatus
 
 _NO_WATERMARK = datetime(1970, 1, 1, tzinfo=UTC)
 
+TopicPartition = tuple[str, int]
+
 
 def parse_time(text: str | None) -> datetime | None:
     if not text:
@@ -30,6 +32,34 @@ def _offset(value: Any) -> Any:
         except json.JSONDecodeError:
             return value
     return value
+
+
+def _partition_offsets(value: Any) -> dict[TopicPartition, int] | None:
+    """A native Kafka offset, ``{"events": {"0": 1200}}`` (topic, partition, next offset),
+    keyed by topic and partition; None for any other source's offset."""
+    if not isinstance(value, dict) or not value:
+        return None
+    try:
+        return {
+            (topic, int(partition)): int(offset)
+            for topic, partitions in value.items()
+            for partition, offset in partitions.items()
+        }
+    except (AttributeError, TypeError, ValueError):
+        return None
+
+
+@dataclass(frozen=True)
+class KafkaLag:
+    """How far a native Kafka batch ended behind the newest offsets Spark had seen.
+
+    One offset is one record, so these count records still to read. ``per_partition`` is
+    empty when only the source's metrics told the lag.
+    """
+
+    offsets_behind_latest: int
+    max_offsets_behind_latest: int
+    per_partition: Mapping[TopicPartition, int]
 
 
 @dataclass(frozen=True)
@@ -56,6 +86,29 @@ class SourceProgress:
             lag={k: v for k, v in lag.items() if isinstance(v, int | float)},
             rule="hybrid-phase",
         )
+
+    def kafka_lag(self) -> KafkaLag | None:
+        """The lag, if this is a native Kafka source that reported one.
+
+        From ``latestOffset - endOffset`` per partition (what Spark's own metrics are
+        computed from); without latest offsets, from the metrics: the average times the
+        partitions read.
+        """
+        end = _partition_offsets(self.end_offset)
+        if end is None:
+            return None
+        latest = _partition_offsets(self.latest_offset) or {}
+        behind = {tp: latest[tp] - offset for tp, offset in end.items() if tp in latest}
+        reported_max = self.metrics.get("maxOffsetsBehindLatest")
+        if behind:
+            total = sum(behind.values())
+            largest = max(behind.values()) if reported_max is None else int(reported_max)
+        else:
+            average = self.metrics.get("avgOffsetsBehindLatest")
+            if average is None or reported_max is None:
+                return None
+            total, largest = round(float(average) * len(end)), int(reported_max)
+        return KafkaLag(total, largest, behind)
 
 
 @dataclass(frozen=True)

@@ -28,15 +28,16 @@ from spark_jobs.backlog.values import processing_time
 from spark_jobs.coordinator.appliers import (
     RecordOnlyApplier,
     RestartApplier,
+    RestartProbe,
     SourceGatedApplier,
     TriggerSettings,
 )
-from spark_jobs.coordinator.coordinator import BacklogCoordinator, DecisionApplier
-from spark_jobs.coordinator.file_source_probe import FileSourceProbe
+from spark_jobs.coordinator.coordinator import BacklogCoordinator, DecisionApplier, StatusProbe
 from spark_jobs.coordinator.listener import ProgressListener
 from spark_jobs.metrics.writer import MetricsWriter
 from spark_jobs.sources.gate import PlanChannel
 from spark_jobs.sources.hybrid import HybridDataSource
+from spark_jobs.sources.kafka_source import BacklogKafkaDataSource
 
 logger = logging.getLogger(__name__)
 
@@ -84,6 +85,7 @@ class BacklogRuntime:
         self.config = config or BacklogConfig.from_spark_conf(conf, conf.get("spark.app.name"))
         self._clock = clock
         spark.dataSource.register(HybridDataSource)
+        spark.dataSource.register(BacklogKafkaDataSource)
         # One spill file per job and database, so undelivered rows reach the right one.
         database = hashlib.sha256(self.config.metrics_url.encode()).hexdigest()[:12]
         spill_name = f"{self.config.job_name}-{database}.jsonl"
@@ -124,7 +126,7 @@ class BacklogRuntime:
     def run_restart_based(
         self,
         build: Callable[[TriggerSettings], DataStreamWriter],
-        probe: FileSourceProbe,
+        probe: RestartProbe,
         *,
         stop_when_idle_s: float | None = None,
         timeout_s: float | None = None,
@@ -134,7 +136,7 @@ class BacklogRuntime:
         ``build`` gets the trigger settings (use ``settings.source_options`` on the reader);
         the runtime sets the trigger and the query name and starts it.
         """
-        applier = RestartApplier(self.config, probe.rows_per_file)
+        applier = RestartApplier(self.config, probe)
         self._coordinate(applier, probes=[probe]).start()
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while not self._stop.is_set():
@@ -155,7 +157,7 @@ class BacklogRuntime:
         self,
         applier: DecisionApplier,
         *,
-        probes: list[FileSourceProbe] | None = None,
+        probes: list[StatusProbe] | None = None,
         graph: OperatorGraph | None = None,
     ) -> BacklogCoordinator:
         if self.coordinator is not None:

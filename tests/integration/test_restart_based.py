@@ -69,7 +69,7 @@ def test_the_file_source_switches_its_trigger_at_the_transition(spark, tmp_path)
     modes = [(s.settings.is_backlog, s.settings.processing_time_s) for s in starts]
     assert modes[0] == (True, 0.0) and modes[-1] == (False, 1.0)
     assert modes.count((False, 1.0)) == 1
-    assert starts[0].settings.max_files_per_trigger == 10
+    assert starts[0].settings.source_options == {"maxFilesPerTrigger": "10"}
 
     rows = checkpoints(dirs)
     backlog = [r for r in rows if r["is_backlog"]]

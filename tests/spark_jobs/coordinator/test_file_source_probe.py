@@ -1,7 +1,7 @@
 import json
 from urllib.parse import quote
 
-from spark_jobs.coordinator.file_source_probe import FileSourceProbe
+from spark_jobs.coordinator.file_source_probe import PROBE_FILES, FileSourceProbe
 from spark_jobs.coordinator.progress import BatchProgress
 from tests.spark_jobs.coordinator.conftest import recorded
 
@@ -55,6 +55,25 @@ def test_rows_per_file_is_learnt_from_progress(tmp_path):
     assert probe.rows_per_file() == 1.0
     probe.observe(progress)  # observing again weighs the same batch again, not more
     assert probe.rows_per_file() == 1.0
+
+
+def test_backlog_batches_are_capped_in_files_from_rows_per_file(tmp_path):
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    uri = f"file://{inputs}"
+    spark_log(tmp_path / "ck", "0", [(f"{uri}/0.json", 0), (f"{uri}/1.json", 0)])
+    probe = FileSourceProbe("files", str(inputs), str(tmp_path / "ck"), pending_files_threshold=9)
+    # Before any batch: a few files, whatever the rows asked for.
+    assert probe.limit_options(1_000_000) == {"maxFilesPerTrigger": str(PROBE_FILES)}
+    probe.observe(BatchProgress.from_json(recorded("file_source")))  # 2 rows in 2 files
+    assert probe.rows_per_file() == 1.0
+    assert probe.limit_options(45) == {"maxFilesPerTrigger": "45"}
+    big = json.loads(recorded("file_source"))
+    big["sources"][0]["numInputRows"] = 2_000  # this batch: 1000 rows per file
+    probe.observe(BatchProgress.from_json(json.dumps(big)))
+    assert probe.rows_per_file() == 2002 / 4
+    assert probe.limit_options(45_500) == {"maxFilesPerTrigger": "90"}  # 45500 / 500.5
+    assert probe.limit_options(10) == {"maxFilesPerTrigger": "1"}  # never none
 
 
 def test_files_match_however_spark_spells_their_paths(tmp_path):

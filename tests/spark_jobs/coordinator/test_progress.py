@@ -1,7 +1,8 @@
+import json
 from datetime import UTC, datetime
 
 from spark_jobs.backlog.status import SourceStatus
-from spark_jobs.coordinator.progress import BatchProgress
+from spark_jobs.coordinator.progress import BatchProgress, KafkaLag
 from tests.spark_jobs.coordinator.conftest import recorded
 
 
@@ -49,3 +50,51 @@ def test_the_built_in_file_source_carries_no_status():
     assert source.latest_offset is None
     assert source.hybrid_status() is None
     assert progress.name == "files"
+
+
+#: latestOffset - endOffset of the recorded backlog batch, per partition of topic events.
+BACKLOG_BEHIND = {("events", 0): 12_000_000, ("events", 1): 11_999_010, ("events", 2): 12_001_490}
+
+
+def kafka_source(**changes) -> dict:
+    """The recorded backlog batch's Kafka source entry, with fields replaced."""
+    source = json.loads(recorded("kafka_native_backlog"))["sources"][0]
+    return source | changes
+
+
+def kafka_lags(*sources: dict) -> list[KafkaLag | None]:
+    text = recorded("kafka_native_backlog", sources=list(sources))
+    return [source.kafka_lag() for source in BatchProgress.from_json(text).sources]
+
+
+def test_a_native_kafka_batch_capped_behind_a_backlog():
+    progress = BatchProgress.from_json(recorded("kafka_native_backlog"))
+    [source] = progress.sources
+    assert source.description == "KafkaV2[Subscribe[events]]"
+    assert source.hybrid_status() is None
+    assert source.kafka_lag() == KafkaLag(36_000_500, 12_001_490, BACKLOG_BEHIND)
+
+
+def test_a_native_kafka_batch_that_took_everything_is_not_behind():
+    [source] = BatchProgress.from_json(recorded("kafka_native_live")).sources
+    assert source.kafka_lag() == KafkaLag(0, 0, {("events", p): 0 for p in range(3)})
+
+
+def test_without_latest_offsets_the_metrics_tell_the_lag():
+    # The average arrives as a Java double, 1.2000166666666666E7, over 3 partitions.
+    assert kafka_lags(kafka_source(latestOffset=None)) == [KafkaLag(36_000_500, 12_001_490, {})]
+
+
+def test_the_maximum_comes_from_the_metric_else_from_the_offsets():
+    reported = kafka_source(metrics={"maxOffsetsBehindLatest": "7"})
+    assert kafka_lags(reported, kafka_source(metrics={})) == [
+        KafkaLag(36_000_500, 7, BACKLOG_BEHIND),
+        KafkaLag(36_000_500, 12_001_490, BACKLOG_BEHIND),
+    ]
+
+
+def test_no_kafka_lag_from_other_sources_or_without_any_signal():
+    for name in ("file_source", "hybrid_live", "hybrid_backlog", "hybrid_handoff"):
+        [source] = BatchProgress.from_json(recorded(name)).sources
+        assert source.kafka_lag() is None, name
+    assert kafka_lags(kafka_source(latestOffset=None, metrics={})) == [None]
