@@ -1,4 +1,5 @@
-"""Synthetic events: a historical backlog in parquet files and a live producer of landing files.
+"""Synthetic events: a historical backlog in parquet files, and live producers of landing
+files or Kafka records.
 
 Events carry a unique ``event_id``; live events are stamped with the time they are
 produced, so ``commit time - event_time`` is their freshness.
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from confluent_kafka import Producer
 
 EVENT_ARROW_SCHEMA = pa.schema(
     [
@@ -71,19 +73,21 @@ def write_history(
     return events
 
 
+def event_json(event_id: int, at: datetime) -> str:
+    """One live event as the JSON a landing file line or a Kafka record value holds."""
+    return json.dumps(
+        {
+            "event_id": event_id,
+            "account": _account(event_id),
+            "amount": _amount(event_id),
+            "event_time": at.isoformat().replace("+00:00", "Z"),
+        }
+    )
+
+
 def write_landing_file(directory: Path, name: str, first_id: int, count: int, at: datetime) -> None:
     """One JSON-lines file, written under a hidden name and moved in, so readers see it whole."""
-    lines = [
-        json.dumps(
-            {
-                "event_id": event_id,
-                "account": _account(event_id),
-                "amount": _amount(event_id),
-                "event_time": at.isoformat().replace("+00:00", "Z"),
-            }
-        )
-        for event_id in range(first_id, first_id + count)
-    ]
+    lines = [event_json(event_id, at) for event_id in range(first_id, first_id + count)]
     temporary = directory / f".{name}.tmp"
     temporary.write_text("\n".join(lines) + "\n")
     os.replace(temporary, directory / name)
@@ -133,3 +137,67 @@ class LiveProducer(threading.Thread):
 def history_range(now: datetime, hours: float = 2.0) -> tuple[datetime, datetime]:
     """A backlog that ends well before the live events start."""
     return now - timedelta(hours=hours), now - timedelta(minutes=10)
+
+
+class KafkaProducerThread(threading.Thread):
+    """Sends ``events_per_s`` live events to a topic, spread over its partitions, in small
+    slices ten times a second; ``burst`` adds a pile of events at once.
+
+    Values are compressed (lz4), so the embedded broker's per-partition memory holds more.
+    """
+
+    SLICES_PER_S = 10
+
+    def __init__(
+        self, bootstrap_servers: str, topic: str, partitions: int, first_id: int, events_per_s: int
+    ):
+        super().__init__(name="kafka-producer", daemon=True)
+        self._producer = Producer(
+            {
+                "bootstrap.servers": bootstrap_servers,
+                "compression.type": "lz4",
+                "linger.ms": 20,
+                "queue.buffering.max.messages": 1_000_000,
+            }
+        )
+        self.topic = topic
+        self.partitions = partitions
+        self.next_id = first_id
+        self.events_per_s = events_per_s
+        self.stats = ProducerStats()
+        self._lock = threading.Lock()
+        self._stop_event = threading.Event()
+
+    def send(self, count: int) -> None:
+        """``count`` events stamped now, round-robin over the partitions."""
+        with self._lock:
+            at = datetime.now(UTC)
+            for event_id in range(self.next_id, self.next_id + count):
+                value = event_json(event_id, at).encode()
+                self._producer.produce(self.topic, value, partition=event_id % self.partitions)
+                if event_id % 10_000 == 0:
+                    self._producer.poll(0)
+            self.next_id += count
+            self.stats.events += count
+            self._producer.poll(0)
+
+    def burst(self, count: int) -> None:
+        self.send(count)
+        self._producer.flush(30)
+
+    def run(self) -> None:
+        per_slice = self.events_per_s / self.SLICES_PER_S
+        next_at, owed = time.monotonic(), 0.0
+        while not self._stop_event.is_set():
+            owed += per_slice
+            self.send(int(owed))
+            owed -= int(owed)
+            next_at += 1 / self.SLICES_PER_S
+            self._stop_event.wait(max(0.0, next_at - time.monotonic()))
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join()
+        remaining = self._producer.flush(30)
+        if remaining:
+            raise RuntimeError(f"{remaining} events were not delivered to {self.topic!r}")

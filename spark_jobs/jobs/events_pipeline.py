@@ -1,10 +1,12 @@
-"""The events pipeline: a hybrid source (historical files, then a landing directory) through
-an event-time windowed aggregation with a watermark, on the RocksDB state store with
-changelog checkpointing, into an exactly-once parquet sink.
+"""The events pipeline: a hybrid source (historical files, then a Kafka topic or a landing
+directory) through an event-time windowed aggregation with a watermark, on the RocksDB state
+store with changelog checkpointing, into an exactly-once parquet sink.
 
     spark-submit --conf spark.backlog.checkpointing.interval=2s \\
         --conf spark.backlog.checkpointing.interval-during-backlog=1min \\
-        spark_jobs/jobs/events_pipeline.py --history /data/history --landing /data/landing \\
+        --conf spark.backlog.lag.offsets.enter-threshold=100000 \\
+        spark_jobs/jobs/events_pipeline.py --history /data/history \\
+        --kafka-bootstrap-servers broker:9092 --kafka-topic events \\
         --output /data/out --checkpoint /data/checkpoint
 
 or the console command ``backlog-events-job`` with the same arguments (and ``--conf``).
@@ -61,8 +63,18 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--history", required=True, help="directory of historical files")
     parser.add_argument("--history-format", default="parquet", choices=["parquet", "json", "csv"])
-    parser.add_argument("--landing", required=True, help="directory live files land in")
+    live = parser.add_mutually_exclusive_group(required=True)
+    live.add_argument("--landing", help="live phase: a directory files land in")
+    live.add_argument(
+        "--kafka-bootstrap-servers", help="live phase: a Kafka topic of JSON events, from here"
+    )
     parser.add_argument("--landing-format", default="json", choices=["parquet", "json", "csv"])
+    parser.add_argument("--kafka-topic", default="events")
+    parser.add_argument(
+        "--kafka-starting-offsets",
+        default="earliest",
+        help="earliest, latest, or JSON {topic: {partition: offset}}",
+    )
     parser.add_argument("--output", required=True, help="parquet output directory")
     parser.add_argument("--checkpoint", required=True, help="checkpoint directory")
     parser.add_argument("--window", type=_duration, default=10.0, help=DURATION_FORMAT)
@@ -97,22 +109,29 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def hybrid_children(args: argparse.Namespace) -> str:
-    return json.dumps(
-        [
-            {
-                "name": "history",
-                "kind": "files",
-                "path": args.history,
-                "format": args.history_format,
-            },
-            {
-                "name": "landing",
-                "kind": "landing",
-                "path": args.landing,
-                "format": args.landing_format,
-            },
-        ]
-    )
+    history = {
+        "name": "history",
+        "kind": "files",
+        "path": args.history,
+        "format": args.history_format,
+    }
+    if args.landing:
+        live = {
+            "name": "landing",
+            "kind": "landing",
+            "path": args.landing,
+            "format": args.landing_format,
+        }
+    else:
+        live = {
+            "name": "kafka",
+            "kind": "kafka",
+            "bootstrapServers": args.kafka_bootstrap_servers,
+            "topics": [args.kafka_topic],
+            "startingOffsets": args.kafka_starting_offsets,
+            "valueFormat": "json",
+        }
+    return json.dumps([history, live])
 
 
 def read_events(

@@ -34,9 +34,36 @@ def test_bad_arguments_are_refused_by_name(capsys, extra, message):
     assert message in capsys.readouterr().err
 
 
+def test_a_kafka_topic_as_the_live_phase():
+    args = parse_args(
+        [*PATHS[:2], "--kafka-bootstrap-servers", "b:9092", *PATHS[4:], "--kafka-topic", "t"]
+    )
+    assert json.loads(hybrid_children(args))[1] == {
+        "name": "kafka",
+        "kind": "kafka",
+        "bootstrapServers": "b:9092",
+        "topics": ["t"],
+        "startingOffsets": "earliest",
+        "valueFormat": "json",
+    }
+
+
 def test_paths_are_required(capsys):
     with pytest.raises(SystemExit):
         parse_args(["--history", "/h"])
-    assert "the following arguments are required: --landing, --output, --checkpoint" in (
+    assert "the following arguments are required: --output, --checkpoint" in (
+        capsys.readouterr().err
+    )
+    with pytest.raises(SystemExit):
+        parse_args([*PATHS[:2], *PATHS[4:]])
+    assert "one of the arguments --landing --kafka-bootstrap-servers is required" in (
+        capsys.readouterr().err
+    )
+
+
+def test_one_live_phase_only(capsys):
+    with pytest.raises(SystemExit):
+        parse_args([*PATHS, "--kafka-bootstrap-servers", "b:9092"])
+    assert "argument --kafka-bootstrap-servers: not allowed with argument --landing" in (
         capsys.readouterr().err
     )
