@@ -87,7 +87,18 @@ class BacklogCoordinator:
         return decision
 
     def on_progress(self, progress: BatchProgress) -> Decision:
-        statuses = [s for s in (p.hybrid_status() for p in progress.sources) if s is not None]
+        """Decide after a committed batch.
+
+        A batch replayed from the offset log after a restart carries no latest offset, so
+        nothing about lag: its phase counts only when that says backlog, since a lag rule
+        could still hold a live phase in backlog.
+        """
+        statuses = [
+            status
+            for source in progress.sources
+            if (status := source.hybrid_status()) is not None
+            and (source.latest_offset is not None or status.is_backlog)
+        ]
         for probe in self._probes:
             probe.observe(progress)
             statuses.append(probe.status())
@@ -111,6 +122,8 @@ class BacklogCoordinator:
     def _observe(
         self, statuses: list[SourceStatus], at: datetime, watermark_lag: float | None = None
     ) -> None:
+        if not statuses:
+            return
         for status in statuses:
             self.model.report(self._lag.observe(status, watermark_lag))
         now_backlog = set(self.model.backlog_sources())

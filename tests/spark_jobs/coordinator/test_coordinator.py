@@ -314,3 +314,30 @@ def test_probed_statuses_pass_through_the_lag_rules_from_the_start(make_parts):
     assert coordinator.on_progress(batch).is_backlog is False
     assert writer.flush()
     assert transitions(engine) == [(batch.committed_at, False, "offset-lag: orders is live (tail)")]
+
+
+def test_a_batch_replayed_after_a_restart_tells_no_status(make_parts):
+    """The first batch of a new run is replayed from the offset log without a latest offset,
+    so without lag: it must not make a lagging topic look live for a moment."""
+    coordinator, _, writer, engine, clock = make_parts({**CONF, **OFFSET_LAG})
+    data = json.loads(recorded("hybrid_live"))
+    data["sources"][0]["latestOffset"] = None
+    replayed = BatchProgress.from_json(json.dumps(data))
+    lagging = behind("hybrid_live", 5000, batchId=4, timestamp="2026-11-21T11:50:13.300Z")
+    for batch in (replayed, lagging):
+        clock.now = batch.committed_at.timestamp()
+        coordinator.on_progress(batch)
+    assert writer.flush()
+
+    assert coordinator.model.sources() == [
+        SourceStatus(
+            "events",
+            is_backlog=True,
+            phase="landing",
+            lag={"files_behind": 0, "offsets_behind_latest": 5000},
+            rule="offset-lag",
+        )
+    ]
+    # the lagging batch is the run's first status, not a switch from a live one
+    assert transitions(engine) == []
+    assert [r["is_backlog"] for r in rows(engine, backlog_checkpoints)] == [False, True]
