@@ -19,7 +19,7 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import pyarrow as pa
 import pyarrow.json as pa_json
@@ -94,8 +94,12 @@ def parse_starting_offsets(name: str, value: Any, topics: Sequence[str]) -> Any:
     if isinstance(value, str):
         try:
             value = json.loads(value)
-        except json.JSONDecodeError:
-            value = None if value.strip().startswith("{") else value
+        except json.JSONDecodeError as error:
+            if value.strip().startswith("{"):
+                raise ChildSpecError(
+                    f"child source {name!r}: startingOffsets = {value!r} is not valid JSON "
+                    f"({error})"
+                ) from None
     rule = (
         "'earliest', 'latest' or a JSON object of topic -> partition -> offset, "
         'e.g. {"events": {"0": 42, "1": -2}} (-2 = earliest, -1 = latest)'
@@ -503,8 +507,17 @@ def _to_arrow(messages: list[Any], schema: pa.Schema, value_format: str) -> pa.T
 
 
 def _decode_json(messages: list[Any], fields: pa.Schema) -> pa.Table:
-    """One JSON object per record value; a null value (a tombstone) gives a row of nulls."""
-    values = [m.value() or b"{}" for m in messages]
+    """One JSON object per record value; a null value (a tombstone) gives a row of nulls.
+
+    Values are checked to be objects first: pyarrow's reader expects newline-delimited
+    objects, and a bare literal such as ``null`` can crash it rather than raise.
+    """
+    values = []
+    for message in messages:
+        value = (message.value() or b"{}").replace(b"\n", b" ")
+        if not value.lstrip().startswith(b"{"):
+            _refuse(message, value, fields, "it does not start with '{'")
+        values.append(value)
     options = pa_json.ParseOptions(explicit_schema=fields, unexpected_field_behavior="ignore")
     try:
         table = pa_json.read_json(io.BytesIO(b"\n".join(values)), parse_options=options)
@@ -515,17 +528,16 @@ def _decode_json(messages: list[Any], fields: pa.Schema) -> pa.Table:
     # Name the first record that does not decode on its own.
     for message, value in zip(messages, values, strict=True):
         try:
-            single = pa_json.read_json(
-                io.BytesIO(value.replace(b"\n", b" ")), parse_options=options
-            )
-            if single.num_rows != 1:
-                raise pa.ArrowInvalid(f"{single.num_rows} JSON objects in one record")
+            single = pa_json.read_json(io.BytesIO(value), parse_options=options)
         except pa.ArrowInvalid as error:
-            raise KafkaReadError(
-                f"topic {message.topic()!r} partition {message.partition()} offset "
-                f"{message.offset()}: the value is not one JSON object of "
-                f"{fields.names}: {error}: {value[:200]!r}"
-            ) from None
-    values = [value.replace(b"\n", b" ") for value in values]
-    table = pa_json.read_json(io.BytesIO(b"\n".join(values)), parse_options=options)
-    return table.select(fields.names).cast(fields)
+            _refuse(message, value, fields, str(error))
+        if single.num_rows != 1:
+            _refuse(message, value, fields, f"{single.num_rows} JSON objects in one record")
+    raise KafkaReadError(f"{len(values)} record values did not decode together: {fields.names}")
+
+
+def _refuse(message: Any, value: bytes, fields: pa.Schema, problem: str) -> NoReturn:
+    raise KafkaReadError(
+        f"topic {message.topic()!r} partition {message.partition()} offset {message.offset()}: "
+        f"the value is not one JSON object of {fields.names}: {problem}: {value[:200]!r}"
+    )

@@ -21,6 +21,7 @@ import json
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader
 from pyspark.sql.types import StructType
 
+from spark_jobs.backlog.values import parse_count
 from spark_jobs.sources.children import ChildSpecError
 from spark_jobs.sources.hybrid import HybridOptionError, HybridStreamReader
 from spark_jobs.sources.kafka import RAW_SCHEMA_DDL, KafkaChild
@@ -67,7 +68,14 @@ class BacklogKafkaDataSource(DataSource):
         options = {key.lower(): value for key, value in self.options.items()}
         reader_options = {key: options[key] for key in READER_OPTIONS if key in options}
         if "maxoffsetspertrigger" in options:
-            reader_options["maxRowsPerTrigger"] = options["maxoffsetspertrigger"]
+            value = options["maxoffsetspertrigger"]
+            try:
+                parse_count(value)
+            except ValueError as error:
+                raise HybridOptionError(
+                    f"option 'maxOffsetsPerTrigger' = {value!r}: {error}"
+                ) from None
+            reader_options["maxRowsPerTrigger"] = value
         reader_options["sources"] = json.dumps([child_spec(options)])
         try:
             return HybridStreamReader(reader_options, schema)
