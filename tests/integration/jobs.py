@@ -3,6 +3,7 @@ output against a batch recomputation over everything that was written."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -19,16 +20,29 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.json as pa_json
 import sqlalchemy as sa
+from confluent_kafka import Consumer, TopicPartition
 
 import spark_jobs.jobs.events_pipeline as events_pipeline
-from spark_jobs.demo.data import EVENT_ARROW_SCHEMA, LiveProducer, history_range, write_history
+from spark_jobs.demo.data import (
+    EVENT_ARROW_SCHEMA,
+    KafkaProducerThread,
+    LiveProducer,
+    history_range,
+    write_history,
+)
 from spark_jobs.jobs.launch import job_environment, spark_submit_command
 from spark_jobs.metrics.schema import as_utc, backlog_checkpoints, backlog_transitions, make_engine
+
+KAFKA_TOPIC = "events"
+KAFKA_PARTITIONS = 4
 
 
 @dataclass(frozen=True)
 class JobDirs:
+    """Where one job keeps everything; its live phase is a topic when a broker is given."""
+
     root: Path
+    bootstrap_servers: str | None = None
 
     @property
     def history(self) -> Path:
@@ -55,11 +69,14 @@ class JobDirs:
         return f"sqlite:///{self.metrics_dir}/metrics.db"
 
     def args(self) -> list[str]:
+        live = ["--landing", str(self.landing)]
+        if self.bootstrap_servers:
+            live = ["--kafka-bootstrap-servers", self.bootstrap_servers]
+            live += ["--kafka-topic", KAFKA_TOPIC]
         return [
             "--history",
             str(self.history),
-            "--landing",
-            str(self.landing),
+            *live,
             "--output",
             str(self.output),
             "--checkpoint",
@@ -74,6 +91,18 @@ def backlog_then_live(
     start, end = history_range(now())
     first_live_id = write_history(dirs.history, events, files, start, end)
     producer = LiveProducer(dirs.landing, first_live_id, events_per_s, file_every_s)
+    producer.start()
+    return producer
+
+
+def backlog_then_kafka(dirs: JobDirs, events: int, files: int, events_per_s: int):
+    """Write a historical backlog and start sending live events to the topic right away."""
+    assert dirs.bootstrap_servers
+    start, end = history_range(now())
+    first_live_id = write_history(dirs.history, events, files, start, end)
+    producer = KafkaProducerThread(
+        dirs.bootstrap_servers, KAFKA_TOPIC, KAFKA_PARTITIONS, first_live_id, events_per_s
+    )
     producer.start()
     return producer
 
@@ -224,9 +253,42 @@ def all_input(dirs: JobDirs) -> pd.DataFrame:
     parse = pa_json.ParseOptions(explicit_schema=EVENT_ARROW_SCHEMA)
     for path in sorted(dirs.landing.glob("*.json")):
         parts.append(pa_json.read_json(path, parse_options=parse))
+    if dirs.bootstrap_servers:
+        values = b"\n".join(topic_values(dirs.bootstrap_servers, KAFKA_TOPIC))
+        parts.append(pa_json.read_json(io.BytesIO(values), parse_options=parse))
     return pa.concat_tables(
         [p.select(EVENT_ARROW_SCHEMA.names).cast(EVENT_ARROW_SCHEMA) for p in parts]
     ).to_pandas()
+
+
+def topic_values(bootstrap_servers: str, topic: str) -> list[bytes]:
+    """Every record value of the topic, read with a plain consumer from the earliest offset."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap_servers,
+            "group.id": "recompute",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        ends = {}
+        for partition in partitions:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+            assert low == 0, f"partition {partition} lost records to retention (earliest {low})"
+            ends[partition] = high
+        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+        values: list[bytes] = []
+        while any(end > 0 for end in ends.values()):
+            for message in consumer.consume(10_000, timeout=10):
+                assert message.error() is None, message.error()
+                if message.offset() < ends[message.partition()]:
+                    values.append(message.value())
+                    if message.offset() == ends[message.partition()] - 1:
+                        ends[message.partition()] = 0
+        return values
+    finally:
+        consumer.close()
 
 
 def recomputed_windows(dirs: JobDirs, window_s: float, watermark: datetime) -> pd.DataFrame:

@@ -1,0 +1,108 @@
+"""Files then Kafka: the topic's pile-up keeps the job in backlog until it has caught up,
+SIGKILLs in every phase lose and duplicate nothing, and a burst makes it re-enter backlog."""
+
+from tests.integration.jobs import (
+    JobDirs,
+    assert_exactly_once,
+    backlog_then_kafka,
+    base_conf,
+    checkpoints,
+    console_job,
+    finish,
+    kill_hard,
+    transitions,
+    wait_for,
+)
+
+LAG = {
+    "spark.backlog.lag.offsets.enter-threshold": "3000",
+    "spark.backlog.lag.offsets.leave-threshold": "1000",
+}
+
+
+def kafka_conf(dirs: JobDirs, job: str) -> dict[str, str]:
+    # Small batches, so the history and the topic's pile-up each take several.
+    conf = base_conf(
+        dirs, job, interval="1s", interval_during_backlog="1min", max_batch_rows="10000"
+    )
+    return conf | LAG
+
+
+def phases(dirs: JobDirs) -> list[tuple[str, bool]]:
+    """(running child, job in backlog) per checkpoint."""
+    import json
+
+    result = []
+    for row in checkpoints(dirs):
+        (source,) = json.loads(row["sources"])
+        result.append((source["phase"], row["is_backlog"]))
+    return result
+
+
+def test_killed_in_each_phase_then_exactly_once(tmp_path, broker):
+    dirs = JobDirs(tmp_path, broker.bootstrap_servers)
+    producer = backlog_then_kafka(dirs, 40_000, 8, events_per_s=600)
+    conf = kafka_conf(dirs, "kafka-restarts")
+    try:
+        job = console_job(dirs, conf)
+        wait_for(lambda: ("history", True) in phases(dirs), "a file-phase checkpoint", 180, job)
+        kill_hard(job)
+
+        job = console_job(dirs, conf)
+        wait_for(
+            lambda: ("kafka", True) in phases(dirs),
+            "a checkpoint in the topic while lag holds the job in backlog",
+            240,
+            job,
+        )
+        kill_hard(job)
+
+        job = console_job(dirs, conf)
+        wait_for(
+            lambda: phases(dirs)[-3:] == [("kafka", False)] * 3, "3 live checkpoints", 240, job
+        )
+        kill_hard(job)
+
+        job = console_job(dirs, conf, "--stop-when-idle", "3s", "--timeout", "240s")
+        wait_for(lambda: phases(dirs)[-3:] == [("kafka", False)] * 3, "live again", 240, job)
+    finally:
+        producer.stop()
+    finish(job, 120)
+
+    rows = checkpoints(dirs)
+    batch_ids = [r["batch_id"] for r in rows]
+    assert len(batch_ids) == len(set(batch_ids)), "a batch was committed twice"
+    assert len({r["run_id"] for r in rows}) == 4
+    assert [(t["is_backlog"], t["reason"]) for t in transitions(dirs)] == [
+        (False, "offset-lag: events is live (kafka)")
+    ]
+    assert_exactly_once(dirs, window_s=10)
+
+
+def test_a_burst_makes_the_job_reenter_backlog_and_recover(tmp_path, broker):
+    dirs = JobDirs(tmp_path, broker.bootstrap_servers)
+    producer = backlog_then_kafka(dirs, 20_000, 4, events_per_s=500)
+    conf = kafka_conf(dirs, "kafka-burst")
+    try:
+        job = console_job(dirs, conf, "--stop-when-idle", "3s", "--timeout", "300s")
+        wait_for(lambda: phases(dirs)[-3:] == [("kafka", False)] * 3, "live", 240, job)
+        producer.burst(40_000)
+        wait_for(
+            lambda: [t["is_backlog"] for t in transitions(dirs)][-2:] == [True, False],
+            "re-entry into backlog and recovery",
+            180,
+            job,
+        )
+    finally:
+        producer.stop()
+    finish(job, 120)
+
+    reasons = [(t["is_backlog"], t["reason"]) for t in transitions(dirs)]
+    assert reasons[-2:] == [
+        (True, "offset-lag: events is in backlog (kafka)"),
+        (False, "offset-lag: events is live (kafka)"),
+    ]
+    reentry = transitions(dirs)[-2]["at"]
+    after = [r for r in checkpoints(dirs) if r["committed_at"] > reentry]
+    assert any(r["is_backlog"] for r in after) and not after[-1]["is_backlog"]
+    assert_exactly_once(dirs, window_s=10)
