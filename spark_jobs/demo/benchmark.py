@@ -6,9 +6,12 @@ backlog-aware checkpointing.
 - backlog-aware: ``interval`` live, batches sized for ``interval-during-backlog`` in backlog.
 
 Each runs the events pipeline with spark-submit on a fresh checkpoint, with live events
-arriving from the start, until it has followed live data in steady state for a while.
-Reports backlog drain time, backlog checkpoints, and live freshness p50/p95, then the
-ratios; the last line is one JSON object.
+arriving from the start, until it has followed live data in steady state for a while; with
+the live phase a landing directory, then a Kafka topic of the embedded broker (which also
+holds a pile of events at the start, and gets a burst once the run is live). Reports
+backlog drain time, backlog checkpoints, live freshness p50/p95 and, on Kafka, how long the
+lag rule took to see the burst (``reentry_detect_s``) and to return to live
+(``recovery_to_live_s``); then the ratios. The last line is one JSON object.
 """
 
 from __future__ import annotations
@@ -18,16 +21,24 @@ import json
 import sys
 from dataclasses import dataclass
 
+from spark_jobs.demo.broker import EmbeddedBroker
 from spark_jobs.demo.report import (
     Checkpoint,
+    Reentry,
     caught_up,
+    epoch,
     freshness_s,
+    load,
     phase_stats,
     plot_timeline,
+    reentry,
     weighted_percentile,
 )
 from spark_jobs.demo.runs import (
+    BurstAfterLive,
+    KafkaTopic,
     Run,
+    Workspace,
     add_workspace_arguments,
     for_seconds_after,
     prepare_workspace,
@@ -52,6 +63,15 @@ class Result:
     freshness_p50_s: float
     freshness_p95_s: float
     live_checkpoints_measured: int
+    reentry: Reentry
+
+
+#: The lag rule every configuration records (static ones only record, they do not act).
+LAG_RULE = {
+    "spark.backlog.lag.offsets.enter-threshold": "50000",
+    "spark.backlog.lag.offsets.leave-threshold": "10000",
+}
+PARTITIONS = 8
 
 
 def setups(
@@ -76,9 +96,14 @@ def setups(
     ]
 
 
-def measure(setup: Setup, checkpoints: list[Checkpoint], window_s: float) -> Result:
-    backlog = [c for c in checkpoints if c.is_backlog]
+def measure(
+    setup: Setup, checkpoints: list[Checkpoint], window_s: float, answer: Reentry
+) -> Result:
+    """Drain and freshness before any burst; the burst's answer as measured."""
     steady = caught_up(checkpoints)
+    backlog = [c for c in checkpoints if c.is_backlog]
+    if steady:
+        backlog = [c for c in backlog if c.committed_at <= steady[0].started_at]
     if steady:
         start = steady[0].started_at
         steady = [c for c in steady if c.committed_at <= start + window_s]
@@ -90,21 +115,94 @@ def measure(setup: Setup, checkpoints: list[Checkpoint], window_s: float) -> Res
         freshness_p50_s=weighted_percentile(fresh, 0.5),
         freshness_p95_s=weighted_percentile(fresh, 0.95),
         live_checkpoints_measured=len(steady),
+        reentry=answer,
     )
 
 
-def table(results: list[Result]) -> list[str]:
+def table(live: str, results: list[Result]) -> list[str]:
     lines = [
-        "| configuration | backlog drain (s) | backlog checkpoints | live freshness p50 (s) "
-        "| live freshness p95 (s) |",
-        "|---|---:|---:|---:|---:|",
+        f"| {live}: configuration | backlog drain (s) | backlog checkpoints "
+        "| live freshness p50 (s) | live freshness p95 (s) | re-entry detected (s) "
+        "| back to live (s) |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
         lines.append(
             f"| {r.name} | {r.drain_s:.1f} | {r.backlog_checkpoints} | "
-            f"{r.freshness_p50_s:.2f} | {r.freshness_p95_s:.2f} |"
+            f"{r.freshness_p50_s:.2f} | {r.freshness_p95_s:.2f} | "
+            f"{_seconds(r.reentry.detect_s)} | {_seconds(r.reentry.recovery_to_live_s)} |"
         )
     return lines
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)
+
+
+def _rounded(value: object) -> object:
+    if isinstance(value, float):
+        return round(value, 3)
+    if isinstance(value, dict):
+        return {key: _rounded(item) for key, item in value.items()}
+    return value
+
+
+def ratios(results: list[Result]) -> dict[str, object]:
+    short, long, aware = results
+    return {
+        "drain_speedup_vs_static_short": short.drain_s / aware.drain_s,
+        "drain_ratio_vs_static_long": aware.drain_s / long.drain_s,
+        "freshness_p50_ratio_vs_static_short": aware.freshness_p50_s / short.freshness_p50_s,
+        "freshness_p50_gain_vs_static_long": long.freshness_p50_s / aware.freshness_p50_s,
+        "backlog_checkpoints": {r.name: r.backlog_checkpoints for r in results},
+        "drain_s": {r.name: round(r.drain_s, 1) for r in results},
+    }
+
+
+def run_all(
+    args: argparse.Namespace, workspace: Workspace, kafka: KafkaTopic | None
+) -> tuple[list[Result], list[tuple[str, list[Checkpoint]]], list[list[tuple[float, str]]]]:
+    """The three configurations one after another on one kind of live phase."""
+    # "Sized for live data": room for four intervals' worth of arrivals per batch.
+    live_rows = 4 * round(args.live_events_per_s * args.interval)
+    results, timelines, marks = [], [], []
+    live = "landing" if kafka is None else "kafka"
+    for setup in setups(
+        args.interval, args.interval_during_backlog, live_rows, args.max_batch_rows
+    ):
+        window_s = max(60.0, 3 * setup.cadence_s)
+        name = f"{live}-{setup.name}"
+        topic = None if kafka is None else KafkaTopic(kafka.bootstrap_servers, name, PARTITIONS)
+        run = Run(
+            name,
+            workspace.root / name,
+            workspace.root / "history",
+            workspace.metrics_url,
+            setup.conf | LAG_RULE,
+            setup.args,
+            kafka=topic,
+        )
+        if topic is None:
+            keep_going = for_seconds_after(caught_up, window_s + 2)
+            checkpoints = run.execute(workspace.first_live_id, args.live_events_per_s, keep_going)
+            burst_at = None
+        else:
+            script = BurstAfterLive(run, args.burst, window_s + 2)
+            checkpoints = run.execute(
+                workspace.first_live_id, args.live_events_per_s, script, args.topic_backlog
+            )
+            burst_at = script.burst_at
+        _, transitions = load(run.metrics_url, run.name)
+        results.append(measure(setup, checkpoints, window_s, reentry(transitions, burst_at)))
+        timelines.append((name, checkpoints))
+        run_marks = [(epoch(t["at"]), t["reason"]) for t in transitions]
+        marks.append(run_marks + ([(burst_at, "burst")] if burst_at else []))
+        say(f"[{name}] {results[-1]}")
+    return results, timelines, marks
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -115,66 +213,64 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--max-batch-rows", type=int, default=500_000, help="the memory bound of backlog-aware"
     )
+    parser.add_argument(
+        "--live",
+        choices=["landing", "kafka"],
+        action="append",
+        help="live phase(s) to measure (default: both)",
+    )
+    parser.add_argument("--topic-backlog", type=int, default=300_000)
+    parser.add_argument("--burst", type=int, default=400_000)
     args = parser.parse_args(argv)
+    args.live = args.live or ["landing", "kafka"]
     try:
         workspace = prepare_workspace(args)
     except JavaMissing as error:
         print(f"backlog-benchmark: {error}", file=sys.stderr)
         return 2
-    workdir = workspace.root
-    # "Sized for live data": room for four intervals' worth of arrivals per batch.
-    live_rows = 4 * round(args.live_events_per_s * args.interval)
-    results, timelines = [], []
-    configurations = setups(
-        args.interval, args.interval_during_backlog, live_rows, args.max_batch_rows
-    )
-    for setup in configurations:
-        window_s = max(60.0, 3 * setup.cadence_s)
-        run = Run(
-            setup.name,
-            workdir / setup.name,
-            workdir / "history",
-            workspace.metrics_url,
-            setup.conf,
-            setup.args,
-        )
-        keep_going = for_seconds_after(caught_up, window_s + 2)
-        checkpoints = run.execute(workspace.first_live_id, args.live_events_per_s, keep_going)
-        results.append(measure(setup, checkpoints, window_s))
-        timelines.append((setup.name, checkpoints))
-        say(f"[{setup.name}] {results[-1]}")
-
-    short, long, aware = results
-    ratios = {
-        "drain_speedup_vs_static_short": short.drain_s / aware.drain_s,
-        "drain_ratio_vs_static_long": aware.drain_s / long.drain_s,
-        "freshness_p50_ratio_vs_static_short": aware.freshness_p50_s / short.freshness_p50_s,
-        "freshness_p50_gain_vs_static_long": long.freshness_p50_s / aware.freshness_p50_s,
-        "backlog_checkpoints": {r.name: r.backlog_checkpoints for r in results},
-        "drain_s": {r.name: round(r.drain_s, 1) for r in results},
+    names = [s.name for s in setups(args.interval, args.interval_during_backlog, 1, 1)]
+    topics = [f"kafka-{name}" for name in names]
+    summary: dict[str, object] = {
         "events": args.events,
         "live_events_per_s": args.live_events_per_s,
     }
-    chart = plot_timeline(
-        timelines,
-        workdir / "benchmark.png",
-        f"{args.events:,}-event backlog then {args.live_events_per_s} events/s: "
-        f"interval {args.interval:g} s, interval-during-backlog {args.interval_during_backlog:g} s",
-    )
-    say("")
-    for line in table(results):
+    lines: list[str] = []
+    for live in args.live:
+        if live == "landing":
+            results, timelines, marks = run_all(args, workspace, None)
+        else:
+            with EmbeddedBroker(
+                workspace.root / "broker", dict.fromkeys(topics, PARTITIONS)
+            ) as broker:
+                kafka = KafkaTopic(broker.bootstrap_servers, "", PARTITIONS)
+                results, timelines, marks = run_all(args, workspace, kafka)
+        found = ratios(results)
+        if live == "kafka":
+            found["reentry_detect_s"] = {r.name: _round(r.reentry.detect_s) for r in results}
+            found["recovery_to_live_s"] = {
+                r.name: _round(r.reentry.recovery_to_live_s) for r in results
+            }
+        summary[live] = found
+        chart = plot_timeline(
+            timelines,
+            workspace.root / f"benchmark-{live}.png",
+            f"{args.events:,}-event backlog then {live} at {args.live_events_per_s} events/s: "
+            f"interval {args.interval:g} s, interval-during-backlog "
+            f"{args.interval_during_backlog:g} s",
+            marks,
+        )
+        lines += ["", *table(live, results), ""]
+        lines.append(
+            f"{live}: backlog-aware drains {found['drain_speedup_vs_static_short']:.1f}x faster "
+            f"than static short and takes {found['drain_ratio_vs_static_long']:.2f}x the time "
+            f"of static long; its live freshness p50 is "
+            f"{found['freshness_p50_ratio_vs_static_short']:.2f}x static short's and "
+            f"{found['freshness_p50_gain_vs_static_long']:.1f}x better than static long's."
+        )
+        lines.append(f"chart: {chart}")
+    for line in lines:
         say(line)
-    say("")
-    say(
-        f"backlog-aware drains {ratios['drain_speedup_vs_static_short']:.1f}x faster than static "
-        f"short and takes {ratios['drain_ratio_vs_static_long']:.2f}x the time of static long;"
-    )
-    say(
-        f"its live freshness p50 is {ratios['freshness_p50_ratio_vs_static_short']:.2f}x static "
-        f"short's and {ratios['freshness_p50_gain_vs_static_long']:.1f}x better than static long's."
-    )
-    say(f"chart: {chart}")
-    say(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in ratios.items()}))
+    say(json.dumps(_rounded(summary)))
     return 0
 
 

@@ -168,22 +168,30 @@ class KafkaProducerThread(threading.Thread):
         self._lock = threading.Lock()
         self._stop_event = threading.Event()
 
-    def send(self, count: int) -> None:
-        """``count`` events stamped now, round-robin over the partitions."""
+    def send(self, count: int) -> float:
+        """``count`` events stamped now, round-robin over the partitions; returns when (epoch
+        seconds) the first was handed to the client. The client is thread-safe: only the
+        ids are reserved under the lock, so a burst does not hold up the steady stream."""
         with self._lock:
-            at = datetime.now(UTC)
-            for event_id in range(self.next_id, self.next_id + count):
-                value = event_json(event_id, at).encode()
-                self._producer.produce(self.topic, value, partition=event_id % self.partitions)
-                if event_id % 10_000 == 0:
-                    self._producer.poll(0)
+            first = self.next_id
             self.next_id += count
             self.stats.events += count
-            self._producer.poll(0)
+        at = datetime.now(UTC)
+        values = [event_json(i, at).encode() for i in range(first, first + count)]
+        sent_at = time.time()
+        for offset, value in enumerate(values):
+            self._producer.produce(self.topic, value, partition=(first + offset) % self.partitions)
+            if offset % 10_000 == 9_999:
+                self._producer.poll(0)
+        self._producer.poll(0)
+        return sent_at
 
-    def burst(self, count: int) -> None:
-        self.send(count)
-        self._producer.flush(30)
+    def burst(self, count: int) -> float:
+        """A pile-up arriving at once: built first, then sent as fast as the client can;
+        returns when it started to arrive."""
+        sent_at = self.send(count)
+        self._producer.flush(60)
+        return sent_at
 
     def run(self) -> None:
         per_slice = self.events_per_s / self.SLICES_PER_S

@@ -1,27 +1,38 @@
-"""The demo: a 2-million-event backlog, then live events, through the backlog-aware job.
+"""The demo: a 2-million-event file backlog, then a Kafka topic, through the backlog-aware job.
 
-Writes the backlog, starts a producer of live landing files, runs the events pipeline with
-spark-submit on local Spark and SQLite until it has followed live data for a while, then
-prints a summary per phase and writes a PNG timeline.
+Writes the history, starts the embedded Kafka broker with a topic that already holds a
+pile of events and keeps receiving live ones, and runs the events pipeline with
+spark-submit on local Spark and SQLite. The job drains the files, stays in backlog while the
+topic's lag is high, turns live once caught up; then a burst makes it fall behind, re-enter
+backlog and recover. Prints each checkpoint, a summary, and writes a PNG timeline.
+(``--live landing`` runs the landing-directory variant instead.)
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections import Counter
 
+from spark_jobs.demo.broker import EmbeddedBroker
 from spark_jobs.demo.report import (
     Checkpoint,
     cadence_s,
     caught_up,
+    epoch,
     freshness_s,
     load,
     median,
+    periods,
+    phase_changes,
     phase_stats,
     plot_timeline,
+    reentry,
     weighted_percentile,
 )
 from spark_jobs.demo.runs import (
+    BurstAfterLive,
+    KafkaTopic,
     Run,
     add_workspace_arguments,
     for_seconds_after,
@@ -33,37 +44,71 @@ from spark_jobs.jobs.launch import JavaMissing
 CONF = {
     "spark.backlog.checkpointing.interval": "2s",
     "spark.backlog.checkpointing.interval-during-backlog": "1min",
-    "spark.backlog.checkpointing.max-batch-rows": "1000000",
+    "spark.backlog.checkpointing.max-batch-rows": "100000",
+    "spark.backlog.lag.offsets.enter-threshold": "50000",
+    "spark.backlog.lag.offsets.leave-threshold": "10000",
 }
+TOPIC = "events"
+#: Enough partitions that the embedded broker's ~5 MiB each hold every record of the demo.
+PARTITIONS = 8
 
 
-def summarise(checkpoints: list[Checkpoint], transitions: list[dict]) -> list[str]:
-    backlog = phase_stats([c for c in checkpoints if c.is_backlog])
-    live_checkpoints = [c for c in checkpoints if not c.is_backlog]
-    live = phase_stats(live_checkpoints)
-    steady = caught_up(checkpoints)
+def summarise(
+    checkpoints: list[Checkpoint], transitions: list[dict], burst_at: float | None = None
+) -> list[str]:
+    """Each backlog and live period, the transitions, real time before any burst, the burst."""
+    origin = checkpoints[0].started_at if checkpoints else 0.0
+    lines = ["period                checkpoints        rows      rows/s   decided by"]
+    for period in periods(checkpoints):
+        stats = phase_stats(period)
+        held = Counter(f"{c.rule}: {c.phase}" for c in period)
+        lines.append(
+            f"{'backlog' if period[0].is_backlog else 'live':8}"
+            f"{period[0].started_at - origin:6.1f}-{period[-1].committed_at - origin:6.1f} s "
+            f"{stats.checkpoints:6d} {stats.rows:11,} {stats.rows_per_s:11,.0f}   "
+            + ", ".join(f"{what} ({count})" for what, count in held.items())
+        )
+    before_burst = [c for c in checkpoints if burst_at is None or c.committed_at < burst_at]
+    steady = caught_up(before_burst)
     gaps = cadence_s(steady)
     fresh = freshness_s(steady)
-    lines = [
-        "phase      checkpoints   duration        rows      rows/s",
-        f"backlog    {backlog.checkpoints:11d} {backlog.duration_s:9.1f} s "
-        f"{backlog.rows:11,} {backlog.rows_per_s:11,.0f}",
-        f"live       {live.checkpoints:11d} {live.duration_s:9.1f} s "
-        f"{live.rows:11,} {live.rows_per_s:11,.0f}",
+    lines += [
         "",
-        f"transitions: {', '.join(t['reason'] for t in transitions) or 'none'}",
-        f"real time, once caught up ({len(steady)} checkpoints): "
+        "transitions:",
+        *(
+            f"  {epoch(t['at']) - origin:7.1f} s  {'backlog' if t['is_backlog'] else 'live   '}  "
+            f"{t['reason']}"
+            for t in transitions
+        ),
+        f"real time, once caught up ({len(steady)} checkpoints before any burst): "
         f"cadence median {median(gaps):.2f} s (configured 2 s), "
         f"event freshness p50 {weighted_percentile(fresh, 0.5):.2f} s, "
         f"p95 {weighted_percentile(fresh, 0.95):.2f} s",
     ]
+    if burst_at is not None:
+        answer = reentry(transitions, burst_at)
+        lines.append(
+            f"burst at {burst_at - origin:.1f} s: back in backlog after "
+            f"{_seconds(answer.detect_s)}, live again {_seconds(answer.recovery_to_live_s)} later"
+        )
     return lines
+
+
+def _seconds(value: float | None) -> str:
+    return "never" if value is None else f"{value:.1f} s"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="backlog-demo", description=__doc__)
     add_workspace_arguments(parser, "var/demo", events=2_000_000)
-    parser.add_argument("--live-seconds", type=float, default=40.0, help="time to follow live data")
+    parser.add_argument(
+        "--live-seconds", type=float, default=20.0, help="time to follow live data, twice"
+    )
+    parser.add_argument("--live", choices=["kafka", "landing"], default="kafka")
+    parser.add_argument(
+        "--topic-backlog", type=int, default=500_000, help="events in the topic at the start"
+    )
+    parser.add_argument("--burst", type=int, default=600_000, help="events of the burst")
     args = parser.parse_args(argv)
     try:
         workspace = prepare_workspace(args)
@@ -71,23 +116,45 @@ def main(argv: list[str] | None = None) -> int:
         print(f"backlog-demo: {error}", file=sys.stderr)
         return 2
     workdir = workspace.root
-    run = Run("demo", workdir / "run", workdir / "history", workspace.metrics_url, CONF)
-    keep_going = for_seconds_after(
-        lambda checkpoints: any(not c.is_backlog for c in checkpoints), args.live_seconds
-    )
-    checkpoints = run.execute(workspace.first_live_id, args.live_events_per_s, keep_going)
+    if args.live == "landing":
+        run = Run("demo", workdir / "run", workdir / "history", workspace.metrics_url, CONF)
+        keep_going = for_seconds_after(caught_up, 2 * args.live_seconds)
+        checkpoints = run.execute(workspace.first_live_id, args.live_events_per_s, keep_going)
+        report(args, run, checkpoints, None)
+        return 0
+    with EmbeddedBroker(workdir / "broker", {TOPIC: PARTITIONS}) as broker:
+        say(f"embedded Kafka broker at {broker.bootstrap_servers}, topic {TOPIC!r}")
+        kafka = KafkaTopic(broker.bootstrap_servers, TOPIC, PARTITIONS)
+        run = Run(
+            "demo", workdir / "run", workdir / "history", workspace.metrics_url, CONF, kafka=kafka
+        )
+        script = BurstAfterLive(run, args.burst, args.live_seconds)
+        checkpoints = run.execute(
+            workspace.first_live_id, args.live_events_per_s, script, args.topic_backlog
+        )
+    report(args, run, checkpoints, script.burst_at)
+    return 0
+
+
+def report(
+    args: argparse.Namespace, run: Run, checkpoints: list[Checkpoint], burst_at: float | None
+) -> None:
     _, transitions = load(run.metrics_url, run.name)
     say("")
-    for line in summarise(checkpoints, transitions):
+    for line in summarise(checkpoints, transitions, burst_at):
         say(line)
+    marks = [(epoch(t["at"]), t["reason"]) for t in transitions] + phase_changes(checkpoints)
+    if burst_at is not None:
+        marks.append((burst_at, f"burst of {args.burst:,} events"))
+    live = "a Kafka topic" if args.live == "kafka" else "a landing directory"
     chart = plot_timeline(
-        [("backlog-aware checkpointing: backlog (shaded), then live", checkpoints)],
-        workdir / "timeline.png",
-        f"{args.events:,}-event backlog, then {args.live_events_per_s} events/s live",
+        [("backlog-aware checkpointing: backlog shaded, transitions dashed", checkpoints)],
+        args.workdir.resolve() / "timeline.png",
+        f"{args.events:,}-event file backlog, then {live} at {args.live_events_per_s} events/s",
+        [marks],
     )
     say(f"\ntimeline chart: {chart}")
-    say(f"metrics: {workspace.metrics_url} (tables backlog_checkpoints, backlog_transitions)")
-    return 0
+    say(f"metrics: {run.metrics_url} (tables backlog_checkpoints, backlog_transitions)")
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
+from spark_jobs.backlog.lag import OFFSETS_BEHIND_LATEST
 from spark_jobs.metrics.schema import as_utc, backlog_checkpoints, backlog_transitions, make_engine
 
 
@@ -24,8 +25,12 @@ class Checkpoint:
     committed_at: float
     is_backlog: bool
     rows: int
-    files_behind: int | None
+    #: What the batch left behind: files of a landing directory, or offsets of a topic.
+    behind: int | None
     event_time_quantiles_s: tuple[float, ...]
+    #: The running child of the (first) hybrid source, and the rule behind its status.
+    phase: str | None = None
+    rule: str | None = None
 
     @property
     def duration_s(self) -> float:
@@ -53,8 +58,12 @@ def load(url: str, job: str) -> tuple[list[Checkpoint], list[dict]]:
 
 
 def _checkpoint(row: sa.RowMapping) -> Checkpoint:
-    committed = _epoch(row["committed_at"])
-    lags = [s.get("lag", {}).get("files_behind") for s in json.loads(row["sources"])]
+    committed = epoch(row["committed_at"])
+    sources = json.loads(row["sources"])
+    lags = [
+        lag.get(OFFSETS_BEHIND_LATEST, lag.get("files_behind"))
+        for lag in (s.get("lag", {}) for s in sources)
+    ]
     observed = json.loads(row["observed_metrics"] or "{}").get("event_time", {})
     quantiles = tuple(ms / 1000 for ms in observed.get("quantiles_ms") or ())
     return Checkpoint(
@@ -63,12 +72,14 @@ def _checkpoint(row: sa.RowMapping) -> Checkpoint:
         committed_at=committed,
         is_backlog=row["is_backlog"],
         rows=row["num_input_rows"],
-        files_behind=next((lag for lag in lags if lag is not None), None),
+        behind=next((lag for lag in lags if lag is not None), None),
         event_time_quantiles_s=quantiles if observed.get("rows") else (),
+        phase=sources[0].get("phase") if sources else None,
+        rule=sources[0].get("rule") if sources else None,
     )
 
 
-def _epoch(value: datetime | str) -> float:
+def epoch(value: datetime | str) -> float:
     moment = as_utc(value)
     assert moment is not None
     return moment.timestamp()
@@ -93,6 +104,20 @@ def phase_stats(checkpoints: Sequence[Checkpoint]) -> PhaseStats:
     return PhaseStats(len(checkpoints), duration, sum(c.rows for c in checkpoints))
 
 
+def periods(checkpoints: Sequence[Checkpoint]) -> list[list[Checkpoint]]:
+    """Consecutive checkpoints of one job status: backlog, live, backlog again..."""
+    return [list(group) for _, group in itertools.groupby(checkpoints, lambda c: c.is_backlog)]
+
+
+def phase_changes(checkpoints: Sequence[Checkpoint]) -> list[tuple[float, str]]:
+    """When the running child changed (a hybrid handoff), as chart marks."""
+    return [
+        (after.started_at, f"handoff: {before.phase} -> {after.phase}")
+        for before, after in itertools.pairwise(checkpoints)
+        if before.phase and after.phase and before.phase != after.phase
+    ]
+
+
 def caught_up(checkpoints: Sequence[Checkpoint]) -> list[Checkpoint]:
     """Steady real time: the live checkpoints after the first one that left nothing behind.
 
@@ -100,9 +125,30 @@ def caught_up(checkpoints: Sequence[Checkpoint]) -> list[Checkpoint]:
     """
     live = [c for c in checkpoints if not c.is_backlog]
     for index, checkpoint in enumerate(live):
-        if checkpoint.files_behind == 0:
+        if checkpoint.behind == 0:
             return live[index + 1 :]
     return []
+
+
+@dataclass(frozen=True)
+class Reentry:
+    """How a run answered a pile-up that started at ``burst_at`` (epoch seconds)."""
+
+    detect_s: float | None
+    recovery_to_live_s: float | None
+
+
+def reentry(transitions: Sequence[dict], burst_at: float | None) -> Reentry:
+    """From the start of the pile-up to the switch into backlog, and from there back to live."""
+    if burst_at is None:
+        return Reentry(None, None)
+    after = [(epoch(t["at"]), bool(t["is_backlog"])) for t in transitions]
+    after = [(at, backlog) for at, backlog in after if at >= burst_at]
+    entered = next((at for at, backlog in after if backlog), None)
+    if entered is None:
+        return Reentry(None, None)
+    left = next((at for at, backlog in after if not backlog and at > entered), None)
+    return Reentry(entered - burst_at, None if left is None else left - entered)
 
 
 def freshness_s(checkpoints: Sequence[Checkpoint]) -> list[tuple[float, float]]:
@@ -138,10 +184,16 @@ def median(values: Sequence[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
-def plot_timeline(runs: Sequence[tuple[str, Sequence[Checkpoint]]], path: Path, title: str) -> Path:
+def plot_timeline(
+    runs: Sequence[tuple[str, Sequence[Checkpoint]]],
+    path: Path,
+    title: str,
+    marks: Sequence[Sequence[tuple[float, str]]] = (),
+) -> Path:
     """One panel per run, on one time axis: a bar per batch (its rows, log scale, as long as
     it ran), backlog shaded, a grey line per checkpoint, and the median freshness of each
-    live batch's events on a second axis."""
+    live batch's events on a second axis. ``marks`` label moments (epoch seconds) per run:
+    transitions, a burst."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -154,28 +206,50 @@ def plot_timeline(runs: Sequence[tuple[str, Sequence[Checkpoint]]], path: Path, 
     )
     legend = [
         Patch(color=BACKLOG_COLOUR, label="backlog batch"),
+        Patch(facecolor=BACKLOG_COLOUR, hatch="//", edgecolor="white", label="backlog by lag"),
         Patch(color=LIVE_COLOUR, label="live batch"),
         Line2D([], [], color=FRESHNESS_COLOUR, marker=".", label="live freshness p50"),
     ]
-    for axis, (label, checkpoints) in zip(axes[:, 0], runs, strict=True):
+    for index, (axis, (label, checkpoints)) in enumerate(zip(axes[:, 0], runs, strict=True)):
         axis.set_title(label if checkpoints else f"{label}: no checkpoints")
         axis.set_ylabel("rows per batch")
         if not checkpoints:
             continue
         origin = checkpoints[0].started_at
-        backlog = [c for c in checkpoints if c.is_backlog]
-        if backlog:
-            axis.axvspan(0, backlog[-1].committed_at - origin, color=BACKLOG_COLOUR, alpha=0.15)
         for checkpoint in checkpoints:
+            if checkpoint.is_backlog:
+                axis.axvspan(
+                    checkpoint.started_at - origin,
+                    checkpoint.committed_at - origin,
+                    color=BACKLOG_COLOUR,
+                    alpha=0.15,
+                    lw=0,
+                )
             axis.bar(
                 checkpoint.started_at - origin,
                 max(checkpoint.rows, 1),
                 width=max(checkpoint.duration_s, 0.05),
                 align="edge",
                 color=BACKLOG_COLOUR if checkpoint.is_backlog else LIVE_COLOUR,
+                hatch="//" if checkpoint.is_backlog and checkpoint.rule in LAG_RULES else None,
+                edgecolor="white",
+                lw=0,
             )
             axis.axvline(checkpoint.committed_at - origin, color="#555555", lw=0.4, alpha=0.4)
         axis.set_yscale("log")
+        for at, text in marks[index] if index < len(marks) else ():
+            axis.axvline(at - origin, color=MARK_COLOUR, lw=1, ls="--")
+            axis.annotate(
+                text,
+                (at - origin, 1),
+                xycoords=("data", "axes fraction"),
+                rotation=90,
+                va="top",
+                ha="right",
+                fontsize="x-small",
+                color=MARK_COLOUR,
+                bbox={"facecolor": "white", "alpha": 0.7, "lw": 0, "pad": 1},
+            )
         fresh = [
             (c.committed_at - origin, median([c.committed_at - t for t in quantiles]))
             for c in checkpoints
@@ -199,3 +273,5 @@ def plot_timeline(runs: Sequence[tuple[str, Sequence[Checkpoint]]], path: Path, 
 BACKLOG_COLOUR = "#b5651d"
 LIVE_COLOUR = "#2b7bb9"
 FRESHNESS_COLOUR = "#2ca02c"
+MARK_COLOUR = "#7a1fa2"
+LAG_RULES = ("offset-lag", "watermark-lag")

@@ -12,8 +12,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import spark_jobs.jobs.events_pipeline as events_pipeline
-from spark_jobs.demo.data import LiveProducer, history_range, write_history
-from spark_jobs.demo.report import Checkpoint, load
+from spark_jobs.demo.data import KafkaProducerThread, LiveProducer, history_range, write_history
+from spark_jobs.demo.report import Checkpoint, caught_up, load
 from spark_jobs.jobs.launch import job_environment, require_java, spark_submit_command
 
 
@@ -74,9 +74,55 @@ def for_seconds_after(
     return keep_going
 
 
+@dataclass(frozen=True)
+class KafkaTopic:
+    """A topic of the embedded broker, as a run's live phase."""
+
+    bootstrap_servers: str
+    name: str
+    partitions: int
+
+
+class BurstAfterLive:
+    """A ``keep_going`` that induces a re-entry into backlog: once the run has followed live
+    data for ``live_s``, ``burst`` events arrive at once; once it is live again after that
+    (or ``give_up_s`` passed), ``live_s`` more, then stop."""
+
+    def __init__(self, run: Run, burst: int, live_s: float, give_up_s: float = 180.0):
+        self._run = run
+        self._burst = burst
+        self._live_s = live_s
+        self._give_up_s = give_up_s
+        self._live_since: float | None = None
+        self.burst_at: float | None = None
+        self._recovered_at: float | None = None
+
+    def __call__(self, checkpoints: list[Checkpoint]) -> bool:
+        now = time.time()
+        if self.burst_at is None:
+            if self._live_since is None and caught_up(checkpoints):
+                self._live_since = now
+            if self._live_since is not None and now - self._live_since >= self._live_s:
+                producer = self._run.producer
+                assert isinstance(producer, KafkaProducerThread)
+                say(f"[{self._run.name}] a burst of {self._burst:,} events arrives at once")
+                self.burst_at = producer.burst(self._burst)
+            return True
+        if self._recovered_at is None:
+            after = [c for c in checkpoints if c.started_at >= self.burst_at]
+            reentered = any(c.is_backlog for c in after)
+            if (reentered and not after[-1].is_backlog) or now - self.burst_at > self._give_up_s:
+                self._recovered_at = now
+            return True
+        return now - self._recovered_at < self._live_s
+
+
 @dataclass
 class Run:
-    """One launch of the pipeline: its directories, its Spark conf, and what it printed."""
+    """One launch of the pipeline: its directories, its Spark conf, and what it printed.
+
+    Its live phase is ``kafka`` when given, else a landing directory under ``root``.
+    """
 
     name: str
     root: Path
@@ -84,10 +130,22 @@ class Run:
     metrics_url: str
     conf: dict[str, str]
     args: list[str] = field(default_factory=list)
+    kafka: KafkaTopic | None = None
+    producer: LiveProducer | KafkaProducerThread | None = None
 
     @property
     def landing(self) -> Path:
         return self.root / "landing"
+
+    def live_args(self) -> list[str]:
+        if self.kafka is None:
+            return ["--landing", str(self.landing)]
+        return [
+            "--kafka-bootstrap-servers",
+            self.kafka.bootstrap_servers,
+            "--kafka-topic",
+            self.kafka.name,
+        ]
 
     def command(self) -> list[str]:
         conf = {
@@ -102,8 +160,7 @@ class Run:
             conf,
             "--history",
             str(self.history),
-            "--landing",
-            str(self.landing),
+            *self.live_args(),
             "--output",
             str(self.root / "output"),
             "--checkpoint",
@@ -126,12 +183,25 @@ class Run:
         first_live_id: int,
         events_per_s: int,
         keep_going: Callable[[list[Checkpoint]], bool],
+        topic_backlog: int = 0,
     ) -> list[Checkpoint]:
         """Run the job with a live producer until ``keep_going`` says enough, then let the job
-        stop on its own once idle; print each checkpoint as it commits."""
+        stop on its own once idle; print each checkpoint as it commits. ``topic_backlog``
+        events wait in the topic before the job starts."""
         shutil.rmtree(self.root, ignore_errors=True)
         self.root.mkdir(parents=True)
-        producer = LiveProducer(self.landing, first_live_id, events_per_s, file_every_s=0.25)
+        producer: LiveProducer | KafkaProducerThread
+        if self.kafka is None:
+            producer = LiveProducer(self.landing, first_live_id, events_per_s, file_every_s=0.25)
+        else:
+            topic = self.kafka
+            producer = KafkaProducerThread(
+                topic.bootstrap_servers, topic.name, topic.partitions, first_live_id, events_per_s
+            )
+            if topic_backlog:
+                say(f"[{self.name}] {topic_backlog:,} events wait in topic {topic.name!r}")
+                producer.burst(topic_backlog)
+        self.producer = producer
         log_path = self.root / "job.log"
         say(f"[{self.name}] starting the job (Spark log: {log_path})")
         producer.start()
@@ -147,7 +217,8 @@ class Run:
                     phase = "backlog" if checkpoint.is_backlog else "live   "
                     say(
                         f"[{self.name}] checkpoint {checkpoint.batch_id:4d}  {phase} "
-                        f"{checkpoint.rows:>10,} rows  {checkpoint.duration_s:6.2f} s"
+                        f"{checkpoint.rows:>10,} rows  {checkpoint.duration_s:6.2f} s  "
+                        f"left behind: {'-' if checkpoint.behind is None else checkpoint.behind}"
                     )
                 shown = len(checkpoints)
                 if producer.is_alive() and not keep_going(checkpoints):

@@ -1,4 +1,5 @@
 import json
+from dataclasses import replace
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
@@ -6,12 +7,16 @@ import pytest
 
 from spark_jobs.demo.report import (
     Checkpoint,
+    Reentry,
     cadence_s,
     caught_up,
     freshness_s,
     load,
+    periods,
+    phase_changes,
     phase_stats,
     plot_timeline,
+    reentry,
     weighted_percentile,
 )
 from spark_jobs.metrics.schema import CheckpointRow, TransitionRow
@@ -103,3 +108,29 @@ def test_times_cross_the_database_as_utc(tmp_path):
         writer.record_checkpoint(CheckpointRow("j", "r", 0, local, True, 1, 1, 0, None, "[]", None))
     [loaded], _ = load(url, "j")
     assert loaded.committed_at == T0.timestamp()
+
+
+def test_reentry_times_run_from_the_burst_to_backlog_and_from_there_to_live():
+    at = [datetime(2026, 11, 21, 12, 0, s, tzinfo=UTC) for s in (10, 31, 44, 50)]
+    transitions = [
+        {"at": at[0], "is_backlog": False},  # the first switch to live, before the burst
+        {"at": at[1], "is_backlog": True},
+        {"at": at[2], "is_backlog": False},
+        {"at": at[3], "is_backlog": True},
+    ]
+    burst_at = datetime(2026, 11, 21, 12, 0, 28, tzinfo=UTC).timestamp()
+    assert reentry(transitions, burst_at) == Reentry(3.0, 13.0)
+    assert reentry(transitions[:2], burst_at) == Reentry(3.0, None)
+    assert reentry(transitions[:1], burst_at) == Reentry(None, None)
+    assert reentry(transitions, None) == Reentry(None, None)
+
+
+def test_periods_split_at_every_change_of_status_and_handoffs_are_marked():
+    run = [
+        replace(checkpoint(0, 0, 1, True, 10), phase="history"),
+        replace(checkpoint(1, 1, 1, True, 10), phase="kafka"),
+        replace(checkpoint(2, 2, 1, False, 10), phase="kafka"),
+        replace(checkpoint(3, 3, 1, True, 10), phase="kafka"),
+    ]
+    assert [[c.batch_id for c in period] for period in periods(run)] == [[0, 1], [2], [3]]
+    assert phase_changes(run) == [(1, "handoff: history -> kafka")]
