@@ -222,7 +222,9 @@ class BacklogRuntime:
     def _idle_for(self, seconds: float) -> bool:
         """Live, and no batch for ``seconds`` beyond when the next one would have come."""
         coordinator = self.coordinator
-        if coordinator is None or coordinator.job_is_backlog is not False:
+        # Unknown (no source reported yet, as after a restart with only a replayed batch)
+        # counts as live: a source that never reported is not in backlog.
+        if coordinator is None or coordinator.job_is_backlog:
             return False
         last = coordinator.last_progress
         if last is None:

@@ -83,6 +83,9 @@ class ChildSource(ABC):
     @abstractmethod
     def partitions(self, start: Position, end: Position) -> list[ReadablePartition]: ...
 
+    def close(self) -> None:  # noqa: B027 - a hook: most children hold nothing open
+        """Release what planning holds open (a client connection); the query has stopped."""
+
 
 def spec_field(spec: Mapping[str, Any], key: str, kind: type, default: Any = None) -> Any:
     """Read one field of a child spec, naming the child, field and value when it is wrong."""

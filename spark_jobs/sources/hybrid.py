@@ -197,6 +197,10 @@ class HybridStreamReader(DataSourceStreamReader):
     def reportLatestOffset(self) -> dict[str, Any] | None:
         return self.latest
 
+    def stop(self) -> None:
+        for child in self.children:
+            child.close()
+
     # --- data ------------------------------------------------------------------------------
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:

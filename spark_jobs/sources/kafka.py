@@ -56,6 +56,15 @@ RAW_SCHEMA_DDL = (
 VALUE_FORMATS = ("raw", "json")
 JSON_METADATA_PREFIX = "kafka_"
 STARTING_KEYWORDS = ("earliest", "latest")
+#: Client properties the source owns: it reads assigned ranges and never resets offsets.
+RESERVED_PROPERTIES = (
+    "group.id",
+    "enable.auto.commit",
+    "enable.auto.offset.store",
+    "auto.offset.reset",
+    "enable.partition.eof",
+    "bootstrap.servers",
+)
 #: Spark's convention inside explicit starting offsets.
 EARLIEST, LATEST = -2, -1
 METADATA_TIMEOUT_S = 30.0
@@ -63,6 +72,9 @@ METADATA_TIMEOUT_S = 30.0
 READ_TIMEOUT_S = 60.0
 POLL_TIMEOUT_S = 1.0
 RECORDS_PER_ARROW_BATCH = 10_000
+
+
+OFFSET_ERRORS = (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE)
 
 
 class KafkaReadError(RuntimeError):
@@ -85,6 +97,26 @@ def _client_config(bootstrap_servers: str, properties: Mapping[str, str]) -> dic
         "auto.offset.reset": "error",
         "enable.partition.eof": False,
     }
+
+
+def partition_bounds(
+    consumer: Consumer, topic: str, partition: int, servers: str
+) -> tuple[int, int]:
+    """The earliest and latest offsets of a partition, or an error naming it and the servers."""
+    try:
+        bounds = consumer.get_watermark_offsets(
+            TopicPartition(topic, partition), timeout=METADATA_TIMEOUT_S, cached=False
+        )
+    except KafkaException as error:
+        bounds, problem = None, str(error)
+    else:
+        problem = f"no answer within {METADATA_TIMEOUT_S:.0f} s"
+    if bounds is None:
+        raise KafkaReadError(
+            f"topic {topic!r} partition {partition}: cannot read its offsets from {servers}: "
+            f"{problem}"
+        )
+    return bounds
 
 
 def parse_starting_offsets(name: str, value: Any, topics: Sequence[str]) -> Any:
@@ -121,6 +153,12 @@ def parse_starting_offsets(name: str, value: Any, topics: Sequence[str]) -> Any:
                 f"map partition numbers to offsets >= -2; expected {rule}"
             )
     return {topic: {str(p): o for p, o in parts.items()} for topic, parts in value.items()}
+
+
+def _all_explicit(starting: Any) -> bool:
+    return isinstance(starting, dict) and all(
+        offset >= 0 for partitions in starting.values() for offset in partitions.values()
+    )
 
 
 @dataclass(frozen=True)
@@ -168,6 +206,11 @@ class KafkaChild(ChildSource):
         self._resolved_start: Position | None = None
         _check_schema(name, schema, value_format)
 
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+
     def __getstate__(self) -> dict[str, Any]:
         # The reader travels to executors; a client connection does not.
         return {**self.__dict__, "_consumer": None}
@@ -195,16 +238,17 @@ class KafkaChild(ChildSource):
                 f"child source {name!r}: field 'properties' = {properties!r} must map "
                 "client property names to plain values"
             )
-        starting = parse_starting_offsets(name, spec.get("startingOffsets", "latest"), topics)
-        if starting == "latest" and not context.state_location:
+        reserved = sorted(set(properties) & set(RESERVED_PROPERTIES))
+        if reserved:
             raise ChildSpecError(
-                f"child source {name!r}: startingOffsets 'latest' is resolved once and kept, "
-                "so the source needs the option 'stateLocation' (kept with the checkpoint)"
+                f"child source {name!r}: client properties {reserved} are set by the source "
+                "(it reads assigned offset ranges, commits nothing and never resets offsets)"
             )
+        starting = parse_starting_offsets(name, spec.get("startingOffsets", "latest"), topics)
         state = None
         if context.state_location:
             state = StateDirectory(f"{resolve_uri(context.state_location)}/{name}")
-        return cls(
+        child = cls(
             name=name,
             bootstrap_servers=spec_field(spec, "bootstrapServers", str),
             topics=list(topics),
@@ -215,6 +259,14 @@ class KafkaChild(ChildSource):
             schema=context.schema,
             rows_per_partition=context.rows_per_partition,
         )
+        if state is None and not _all_explicit(starting):
+            raise ChildSpecError(
+                f"child source {name!r}: startingOffsets {starting!r} is resolved against the "
+                "brokers once and kept, so that a replayed first batch reads the same records; "
+                "the source needs the option 'stateLocation' (kept with the checkpoint), "
+                "unless every starting offset is an explicit number"
+            )
+        return child
 
     # --- brokers ---------------------------------------------------------------------------
 
@@ -245,10 +297,7 @@ class KafkaChild(ChildSource):
         return found
 
     def _bounds(self, topic: str, partition: int) -> tuple[int, int]:
-        low, high = self.consumer.get_watermark_offsets(
-            TopicPartition(topic, partition), timeout=METADATA_TIMEOUT_S, cached=False
-        )
-        return low, high
+        return partition_bounds(self.consumer, topic, partition, self.bootstrap_servers)
 
     # --- planning --------------------------------------------------------------------------
 
@@ -264,7 +313,20 @@ class KafkaChild(ChildSource):
                 self._resolved_start = self.state.read(self.STARTING)
                 return self._resolved_start
         resolved: Position = {}
-        for topic, partition in self._partitions():
+        partitions = self._partitions()
+        if isinstance(self.starting, dict):
+            unknown = sorted(
+                f"{topic}/{p}"
+                for topic, wanted in self.starting.items()
+                for p in wanted
+                if (topic, int(p)) not in partitions
+            )
+            if unknown:
+                raise KafkaReadError(
+                    f"child source {self.name!r}: startingOffsets names partitions {unknown} "
+                    f"that the brokers do not have; they have {partitions}"
+                )
+        for topic, partition in partitions:
             low, high = self._bounds(topic, partition)
             wanted = self._starting_offset(topic, partition)
             offset = low if wanted == EARLIEST else high if wanted == LATEST else wanted
@@ -433,7 +495,7 @@ class KafkaRangePartition(ReadablePartition):
 
     def _records(self, consumer: Consumer) -> Iterator[list[Any]]:
         partition = TopicPartition(self.topic, self.partition)
-        low, _ = consumer.get_watermark_offsets(partition, timeout=METADATA_TIMEOUT_S, cached=False)
+        low, _ = partition_bounds(consumer, self.topic, self.partition, self.bootstrap_servers)
         if low > self.start:
             raise KafkaReadError(
                 f"{self.describe()}: offsets {self.start}..{low - 1} were deleted (retention) "
@@ -443,8 +505,8 @@ class KafkaRangePartition(ReadablePartition):
         next_offset = self.start
         deadline = time.monotonic() + READ_TIMEOUT_S
         while next_offset < self.stop:
-            # consume() waits until it has as many records as asked, so ask for no more
-            # than the range holds.
+            # consume() waits until it has as many records as asked or its timeout passes,
+            # so ask for no more than the range holds.
             count = min(self.stop - next_offset, RECORDS_PER_ARROW_BATCH)
             messages = consumer.consume(count, timeout=POLL_TIMEOUT_S)
             if not messages:
@@ -462,7 +524,12 @@ class KafkaRangePartition(ReadablePartition):
             for message in messages:
                 error = message.error()
                 if error is not None:
-                    raise KafkaReadError(self._explain(error, next_offset))
+                    if error.fatal() or error.code() in OFFSET_ERRORS:
+                        raise KafkaReadError(self._explain(error, next_offset))
+                    # The client recovers from the rest (a broker restarting, a moved
+                    # leader) on its own; the read timeout bounds how long that may take.
+                    logger.warning("%s: %s; retrying", self.describe(), error.str())
+                    continue
                 if message.offset() >= self.stop:
                     break
                 wanted.append(message)
@@ -473,7 +540,7 @@ class KafkaRangePartition(ReadablePartition):
                 return
 
     def _explain(self, error: KafkaError, offset: int) -> str:
-        if error.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+        if error.code() in OFFSET_ERRORS:
             return (
                 f"{self.describe()}: offset {offset} is no longer (or not yet) on the broker: "
                 f"{error.str()}. Records are never skipped: the batch fails"
@@ -488,9 +555,10 @@ def _to_arrow(messages: list[Any], schema: pa.Schema, value_format: str) -> pa.T
         "topic": pa.array([m.topic() for m in messages], pa.string()),
         "partition": pa.array([m.partition() for m in messages], pa.int32()),
         "offset": pa.array([m.offset() for m in messages], pa.int64()),
-        "timestamp": pa.array([m.timestamp()[1] * 1000 for m in messages], pa.int64()).cast(
-            pa.timestamp("us", tz="UTC")
-        ),
+        # A record without a timestamp says -1: that is null, not 1969.
+        "timestamp": pa.array(
+            [ms * 1000 if (ms := m.timestamp()[1]) >= 0 else None for m in messages], pa.int64()
+        ).cast(pa.timestamp("us", tz="UTC")),
     }
     if value_format == "raw":
         return pa.table({f.name: columns[f.name].cast(f.type) for f in schema})

@@ -29,10 +29,24 @@ from spark_jobs.sources.kafka import RAW_SCHEMA_DDL, KafkaChild
 CLIENT_PREFIX = "kafka."
 #: Options of the hybrid reader that pass through unchanged.
 READER_OPTIONS = ("name", "statelocation", "rowsperpartition", "backlogchannel")
+OWN_OPTIONS = ("subscribe", "startingoffsets", "valueformat", "maxoffsetspertrigger")
 
 
 def child_spec(options: dict[str, str]) -> dict[str, object]:
-    """The one child's spec, from Spark-style options."""
+    """The one child's spec, from Spark-style options; options of Spark's own Kafka source
+    that this one does not support (``assign``, ``startingOffsetsByTimestamp``...) are
+    refused rather than ignored."""
+    unknown = sorted(
+        key
+        for key in options
+        if not key.startswith(CLIENT_PREFIX) and key not in (*READER_OPTIONS, *OWN_OPTIONS)
+    )
+    if unknown:
+        raise HybridOptionError(
+            f"options {unknown} are not supported by backlog_kafka; it takes "
+            "kafka.bootstrap.servers, subscribe, startingOffsets, maxOffsetsPerTrigger, "
+            "valueFormat, name, stateLocation, rowsPerPartition and kafka.<client property>"
+        )
     servers = options.get("kafka.bootstrap.servers")
     if not servers:
         raise HybridOptionError("option 'kafka.bootstrap.servers' is required, e.g. host:9092")

@@ -132,7 +132,12 @@ def test_spark_style_options_reach_the_kafka_child(tmp_path):
 
 
 def test_option_keys_are_case_insensitive():
-    source = reader(STARTINGOFFSETS="earliest", ValueFormat="raw", MAXOFFSETSPERTRIGGER="7")
+    source = reader(
+        STARTINGOFFSETS="earliest",
+        ValueFormat="raw",
+        MAXOFFSETSPERTRIGGER="7",
+        STATELOCATION="/checkpoints/state",
+    )
     (child,) = source.children
     assert (child.starting, child.value_format, source.max_rows) == ("earliest", "raw", 7)
 
@@ -143,8 +148,8 @@ def test_option_keys_are_case_insensitive():
         ({"subscribe": ""}, "option 'subscribe' is required"),
         (
             {"startingOffsets": "latest"},
-            "child source 'kafka': startingOffsets 'latest' is resolved once and kept, so "
-            "the source needs the option 'stateLocation'",
+            "child source 'kafka': startingOffsets 'latest' is resolved against the brokers "
+            "once and kept",
         ),
         (
             {"startingOffsets": "earliest", "valueFormat": "avro"},
@@ -167,9 +172,30 @@ def test_bad_options_are_refused_as_option_errors(options, message):
 
 
 def test_json_mode_reads_event_fields_and_raw_mode_refuses_them():
-    assert reader(SPARK_SCHEMA, startingOffsets="earliest", valueFormat="json").children
+    explicit = '{"events": {"0": 0}, "audit": {"0": 0}}'
+    assert reader(SPARK_SCHEMA, startingOffsets=explicit, valueFormat="json").children
     with pytest.raises(HybridOptionError, match=re.escape("columns ['event_id', 'account'")):
-        reader(SPARK_SCHEMA, startingOffsets="earliest")
+        reader(SPARK_SCHEMA, startingOffsets=explicit)
+
+
+@pytest.mark.parametrize(
+    "option", ["assign", "startingOffsetsByTimestamp", "failOnDataLoss", "endingOffsets"]
+)
+def test_options_of_sparks_own_kafka_source_it_does_not_support_are_refused(option):
+    with pytest.raises(HybridOptionError) as raised:
+        reader(**{option: "x"})
+    assert str(raised.value).startswith(
+        f"options [{option.lower()!r}] are not supported by backlog_kafka; it takes "
+    )
+
+
+def test_client_properties_the_source_owns_are_refused():
+    with pytest.raises(HybridOptionError) as raised:
+        reader(**{"kafka.group.id": "mine", "kafka.auto.offset.reset": "latest"})
+    assert str(raised.value).startswith(
+        "child source 'kafka': client properties ['auto.offset.reset', 'group.id'] are set "
+        "by the source"
+    )
 
 
 def test_a_bad_max_offsets_per_trigger_is_refused_under_its_own_name():
