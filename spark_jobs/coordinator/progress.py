@@ -15,7 +15,8 @@ from spark_jobs.backlog.status import SourceStatus
 
 _NO_WATERMARK = datetime(1970, 1, 1, tzinfo=UTC)
 
-TopicPartition = tuple[str, int]
+#: A native Kafka partition: (topic, partition).
+PartitionKey = tuple[str, int]
 
 
 def parse_time(text: str | None) -> datetime | None:
@@ -34,7 +35,7 @@ def _offset(value: Any) -> Any:
     return value
 
 
-def _partition_offsets(value: Any) -> dict[TopicPartition, int] | None:
+def _partition_offsets(value: Any) -> dict[PartitionKey, int] | None:
     """A native Kafka offset, ``{"events": {"0": 1200}}`` (topic, partition, next offset),
     keyed by topic and partition; None for any other source's offset."""
     if not isinstance(value, dict) or not value:
@@ -59,7 +60,7 @@ class KafkaLag:
 
     offsets_behind_latest: int
     max_offsets_behind_latest: int
-    per_partition: Mapping[TopicPartition, int]
+    per_partition: Mapping[PartitionKey, int]
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,16 @@
 import json
 
+import sqlalchemy as sa
+
+from spark_jobs.backlog.config import BacklogConfig
 from spark_jobs.backlog.status import SourceStatus
+from spark_jobs.coordinator.appliers import RestartApplier, TriggerSettings
+from spark_jobs.coordinator.coordinator import BacklogCoordinator
 from spark_jobs.coordinator.kafka_source_probe import NativeKafkaProbe
 from spark_jobs.coordinator.progress import BatchProgress
+from spark_jobs.metrics.schema import backlog_transitions, make_engine
+from spark_jobs.metrics.writer import MetricsWriter
+from tests.spark_jobs.backlog.simulation import FakeClock
 from tests.spark_jobs.coordinator.conftest import recorded
 
 BACKLOG = BatchProgress.from_json(recorded("kafka_native_backlog"))
@@ -62,3 +70,42 @@ def test_a_batch_without_the_source_or_its_lag_keeps_the_last_lag():
 
 def test_a_backlog_batch_is_capped_in_offsets_one_per_row():
     assert NativeKafkaProbe("events").limit_options(45_500) == {"maxOffsetsPerTrigger": "45500"}
+
+
+def test_native_kafka_lag_drives_restarts_and_transitions_through_the_coordinator(tmp_path):
+    """Recorded progress in, restart settings and metrics out: the restart-based path."""
+    config = BacklogConfig.from_spark_conf(
+        {
+            "spark.backlog.job-name": "native",
+            "spark.backlog.run-id": "run-1",
+            "spark.backlog.checkpointing.interval": "2s",
+            "spark.backlog.checkpointing.interval-during-backlog": "30s",
+            "spark.backlog.checkpointing.max-batch-rows": "50000",
+            "spark.backlog.lag.offsets.enter-threshold": "100000",
+        }
+    )
+    probe = NativeKafkaProbe("events")
+    applier = RestartApplier(config, probe)
+    url = f"sqlite:///{tmp_path}/metrics.db"
+    writer = MetricsWriter(url)
+    coordinator = BacklogCoordinator(config, applier, writer, clock=FakeClock(0), probes=[probe])
+    coordinator.start()
+    # Nothing is known before the first batch: it starts live, with no limit.
+    assert applier.take_restart() == TriggerSettings(False, 2.0)
+
+    coordinator.on_progress(BACKLOG)
+    assert applier.take_restart() == TriggerSettings(True, 0.0, {"maxOffsetsPerTrigger": "50000"})
+    coordinator.on_progress(LIVE)
+    assert applier.take_restart() == TriggerSettings(False, 2.0)
+    assert writer.flush()
+    writer.close()
+
+    with make_engine(url).connect() as connection:
+        changes = connection.execute(
+            sa.select(backlog_transitions.c.is_backlog, backlog_transitions.c.reason)
+        ).all()
+    # The probe's status at the start (no lag known) is live: the lag found is a switch.
+    assert [tuple(change) for change in changes] == [
+        (True, "offset-lag: events is in backlog (kafka)"),
+        (False, "offset-lag: events is live (kafka)"),
+    ]
