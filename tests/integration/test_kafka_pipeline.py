@@ -1,6 +1,10 @@
 """Files then Kafka: the topic's pile-up keeps the job in backlog until it has caught up,
 SIGKILLs in every phase lose and duplicate nothing, and a burst makes it re-enter backlog."""
 
+import json
+from datetime import timedelta
+
+from spark_jobs.demo.data import write_history
 from tests.integration.jobs import (
     JobDirs,
     assert_exactly_once,
@@ -10,6 +14,8 @@ from tests.integration.jobs import (
     console_job,
     finish,
     kill_hard,
+    log_of,
+    now,
     transitions,
     wait_for,
 )
@@ -30,8 +36,6 @@ def kafka_conf(dirs: JobDirs, job: str) -> dict[str, str]:
 
 def phases(dirs: JobDirs) -> list[tuple[str, bool]]:
     """(running child, job in backlog) per checkpoint."""
-    import json
-
     result = []
     for row in checkpoints(dirs):
         (source,) = json.loads(row["sources"])
@@ -106,3 +110,20 @@ def test_a_burst_makes_the_job_reenter_backlog_and_recover(tmp_path, broker):
     after = [r for r in checkpoints(dirs) if r["committed_at"] > reentry]
     assert any(r["is_backlog"] for r in after) and not after[-1]["is_backlog"]
     assert_exactly_once(dirs, window_s=10)
+
+
+def test_an_offset_out_of_range_fails_the_job_naming_it(tmp_path, broker):
+    dirs = JobDirs(tmp_path, broker.bootstrap_servers)
+    start = now() - timedelta(hours=1)
+    write_history(dirs.history, 1000, 1, start, start + timedelta(minutes=30))
+    beyond = json.dumps({"events": {"0": 999, "1": 0, "2": 0, "3": 0}})
+    job = console_job(
+        dirs, kafka_conf(dirs, "kafka-out-of-range"), "--kafka-starting-offsets", beyond
+    )
+    assert job.wait(180) == 1
+    assert (
+        "child source 'kafka': topic 'events' partition 0: offset 999 is out of range, beyond "
+        "the latest offset 0" in log_of(job)
+    )
+    # The history before the topic was committed; nothing of the topic was.
+    assert sum(r["num_input_rows"] for r in checkpoints(dirs)) == 1000
