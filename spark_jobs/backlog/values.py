@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import re
 
 _UNITS_S = {
@@ -72,3 +73,19 @@ def parse_count(text: str) -> int:
 def processing_time(seconds: float) -> str:
     """A duration as ``DataStreamWriter.trigger(processingTime=...)`` takes it."""
     return f"{round(seconds * 1000)} milliseconds"
+
+
+def duration_argument(text: str) -> float:
+    """``type=`` for an argparse option that takes a duration."""
+    try:
+        return parse_duration(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"{text!r}: {error}") from None
+
+
+def count_argument(text: str) -> int:
+    """``type=`` for an argparse option that takes a whole number above 0."""
+    try:
+        return parse_count(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"{text!r}: {error}") from None

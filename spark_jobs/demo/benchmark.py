@@ -21,6 +21,7 @@ import json
 import sys
 from dataclasses import dataclass
 
+from spark_jobs.backlog.values import count_argument
 from spark_jobs.demo.broker import EmbeddedBroker
 from spark_jobs.demo.report import (
     Checkpoint,
@@ -213,7 +214,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interval", type=float, default=1.0, help="seconds")
     parser.add_argument("--interval-during-backlog", type=float, default=30.0, help="seconds")
     parser.add_argument(
-        "--max-batch-rows", type=int, default=500_000, help="the memory bound of backlog-aware"
+        "--max-batch-rows",
+        type=count_argument,
+        default=500_000,
+        help="the memory bound of backlog-aware",
     )
     parser.add_argument(
         "--live",
@@ -222,10 +226,10 @@ def main(argv: list[str] | None = None) -> int:
         help="live phase(s) to measure (default: both)",
     )
     parser.add_argument("--topic-backlog", type=int, default=300_000)
-    parser.add_argument("--burst", type=int, default=1_000_000, help="events, on Kafka")
+    parser.add_argument("--burst", type=count_argument, default=1_000_000, help="events, on Kafka")
     parser.add_argument(
         "--kafka-max-batch-rows",
-        type=int,
+        type=count_argument,
         default=200_000,
         help="the memory bound of backlog-aware on Kafka",
     )

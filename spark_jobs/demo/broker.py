@@ -29,6 +29,8 @@ from types import TracebackType
 
 import confluent_kafka
 
+from spark_jobs.backlog.values import count_argument
+
 _RD_KAFKA_PRODUCER = 0
 
 
@@ -100,16 +102,10 @@ def _topic(text: str) -> tuple[str, int]:
     return name, int(partitions or "1")
 
 
-def _positive(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number of at least 1")
-    return int(text)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="backlog-broker", description=__doc__.split("\n\n")[0])
     parser.add_argument("--topic", type=_topic, action="append", required=True)
-    parser.add_argument("--brokers", type=_positive, default=1)
+    parser.add_argument("--brokers", type=count_argument, default=1)
     parser.add_argument("--ready-file", type=Path, help="where to write the bootstrap servers")
     args = parser.parse_args(argv)
     stop = threading.Event()

@@ -14,6 +14,7 @@ import argparse
 import sys
 from collections import Counter
 
+from spark_jobs.backlog.values import count_argument
 from spark_jobs.demo.broker import EmbeddedBroker
 from spark_jobs.demo.report import (
     Checkpoint,
@@ -106,9 +107,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--live", choices=["kafka", "landing"], default="kafka")
     parser.add_argument(
-        "--topic-backlog", type=int, default=500_000, help="events in the topic at the start"
+        "--topic-backlog",
+        type=int,
+        default=500_000,
+        help="events in the topic at the start",
     )
-    parser.add_argument("--burst", type=int, default=600_000, help="events of the burst")
+    parser.add_argument("--burst", type=count_argument, default=600_000, help="events of the burst")
     args = parser.parse_args(argv)
     try:
         workspace = prepare_workspace(args)

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import spark_jobs.jobs.events_pipeline as events_pipeline
+from spark_jobs.backlog.values import count_argument
 from spark_jobs.demo.data import KafkaProducerThread, LiveProducer, history_range, write_history
 from spark_jobs.demo.report import Checkpoint, caught_up, load
 from spark_jobs.jobs.launch import job_environment, require_java, spark_submit_command
@@ -23,9 +24,13 @@ def say(message: str) -> None:
 
 def add_workspace_arguments(parser: argparse.ArgumentParser, workdir: str, events: int) -> None:
     parser.add_argument("--workdir", type=Path, default=Path(workdir))
-    parser.add_argument("--events", type=int, default=events, help="events in the backlog")
-    parser.add_argument("--files", type=int, default=100, help="parquet files of the backlog")
-    parser.add_argument("--live-events-per-s", type=int, default=2000)
+    parser.add_argument(
+        "--events", type=count_argument, default=events, help="events in the backlog"
+    )
+    parser.add_argument(
+        "--files", type=count_argument, default=100, help="parquet files of the backlog"
+    )
+    parser.add_argument("--live-events-per-s", type=count_argument, default=2000)
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,12 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs.backlog.config import ConfigError
-from spark_jobs.backlog.values import DURATION_FORMAT, parse_count, parse_duration, processing_time
+from spark_jobs.backlog.values import (
+    DURATION_FORMAT,
+    count_argument,
+    duration_argument,
+    processing_time,
+)
 from spark_jobs.coordinator.plan_graph import operator_graph
 from spark_jobs.coordinator.runtime import BacklogRuntime
 from spark_jobs.jobs.launch import JavaMissing, prepare_driver_environment, require_java
@@ -41,20 +46,6 @@ STATE_STORE = {
     ),
     "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
 }
-
-
-def _duration(text: str) -> float:
-    try:
-        return parse_duration(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(f"{text!r}: {error}") from None
-
-
-def _positive(text: str) -> int:
-    try:
-        return parse_count(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(f"{text!r}: {error}") from None
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -77,21 +68,23 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--output", required=True, help="parquet output directory")
     parser.add_argument("--checkpoint", required=True, help="checkpoint directory")
-    parser.add_argument("--window", type=_duration, default=10.0, help=DURATION_FORMAT)
-    parser.add_argument("--watermark", type=_duration, default=10.0, help=DURATION_FORMAT)
-    parser.add_argument("--shuffle-partitions", type=_positive, default=4)
+    parser.add_argument("--window", type=duration_argument, default=10.0, help=DURATION_FORMAT)
+    parser.add_argument("--watermark", type=duration_argument, default=10.0, help=DURATION_FORMAT)
+    parser.add_argument("--shuffle-partitions", type=count_argument, default=4)
     parser.add_argument(
         "--static-trigger",
-        type=_duration,
+        type=duration_argument,
         help="run with this fixed trigger instead of backlog-aware checkpointing (a baseline)",
     )
     parser.add_argument(
-        "--static-max-rows", type=_positive, help="per-batch row limit for --static-trigger"
+        "--static-max-rows", type=count_argument, help="per-batch row limit for --static-trigger"
     )
     parser.add_argument(
-        "--stop-when-idle", type=_duration, help="stop once live and without data this long"
+        "--stop-when-idle", type=duration_argument, help="stop once live and without data this long"
     )
-    parser.add_argument("--timeout", type=_duration, help="stop after this long in any case")
+    parser.add_argument(
+        "--timeout", type=duration_argument, help="stop after this long in any case"
+    )
     parser.add_argument(
         "--conf",
         action="append",
