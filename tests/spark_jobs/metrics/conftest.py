@@ -10,12 +10,6 @@ from spark_jobs.metrics.schema import make_engine, metadata
 from tests.support.postgres import PostgresServer
 
 
-@pytest.fixture(scope="session")
-def postgres_server() -> Iterator[PostgresServer]:
-    with PostgresServer() as server:
-        yield server
-
-
 @dataclass
 class Backend:
     """A metrics database that a test can take away and bring back."""
