@@ -40,6 +40,18 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": ["airflow_provider_backlog.hooks.metrics"],
             }
         ],
+        "sensors": [
+            {
+                "integration-name": "Backlog-aware streaming",
+                "python-modules": ["airflow_provider_backlog.sensors.metrics"],
+            }
+        ],
+        "triggers": [
+            {
+                "integration-name": "Backlog-aware streaming",
+                "python-modules": ["airflow_provider_backlog.triggers.metrics"],
+            }
+        ],
         "connection-types": [
             {
                 "hook-class-name": "airflow_provider_backlog.hooks.metrics.BacklogMetricsHook",

@@ -8,15 +8,91 @@ write with, which imports no pyspark.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+import sqlalchemy as sa
 from airflow.providers.common.sql.hooks.sql import DbApiHook
 from sqlalchemy.engine import URL, Engine, make_url
 
 from airflow_provider_backlog import METRICS_CONN_TYPE
-from spark_jobs.metrics.schema import make_engine
+from spark_jobs.metrics.schema import as_utc, backlog_checkpoints, make_engine
+
+Phase = Literal["live", "backlog"]
+PHASES: tuple[Phase, ...] = ("live", "backlog")
+#: A sensor may ask a job to stay in a phase for at most this many checkpoints.
+MAX_STREAK = 1000
+
+
+@dataclass(frozen=True)
+class JobSnapshot:
+    """A job's latest checkpoints, as its metrics rows tell them.
+
+    ``streak`` counts the latest checkpoints of ``run_id`` in the phase of the last one
+    (at most ``MAX_STREAK``).
+    """
+
+    job_name: str
+    run_id: str
+    last_committed_at: datetime
+    phase: Phase
+    streak: int
+
+    def in_phase(self, phase: Phase, checkpoints: int = 1) -> bool:
+        """In ``phase`` for at least the last ``checkpoints`` committed batches."""
+        return self.phase == phase and self.streak >= checkpoints
+
+    def committed_within(self, seconds: float, now: datetime) -> bool:
+        """A checkpoint committed no longer than ``seconds`` before ``now``."""
+        return (now - self.last_committed_at).total_seconds() <= seconds
+
+    def as_dict(self) -> dict[str, Any]:
+        """For XCom and trigger events: JSON types only."""
+        return {
+            "job_name": self.job_name,
+            "run_id": self.run_id,
+            "last_committed_at": self.last_committed_at.isoformat(),
+            "phase": self.phase,
+            "streak": self.streak,
+        }
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """What a sensor waits for: a phase held for some checkpoints, or a recent checkpoint,
+    or both. Checked the same way by a poking sensor and by its trigger."""
+
+    phase: Phase | None = None
+    checkpoints: int = 1
+    within_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.phase is None and self.within_s is None:
+            raise ValueError("expect a phase ('live' or 'backlog'), a freshness, or both")
+        if self.phase is not None and self.phase not in PHASES:
+            raise ValueError(f"phase {self.phase!r} must be one of {list(PHASES)}")
+        if not 1 <= self.checkpoints <= MAX_STREAK:
+            raise ValueError(f"checkpoints = {self.checkpoints!r} must be 1 to {MAX_STREAK}")
+        if self.within_s is not None and self.within_s <= 0:
+            raise ValueError(f"freshness = {self.within_s!r} s must be above 0")
+
+    def met_by(self, snapshot: JobSnapshot | None, now: datetime) -> bool:
+        if snapshot is None:
+            return False
+        if self.phase is not None and not snapshot.in_phase(self.phase, self.checkpoints):
+            return False
+        return self.within_s is None or snapshot.committed_within(self.within_s, now)
+
+    def describe(self) -> str:
+        parts = []
+        if self.phase is not None:
+            parts.append(f"{self.phase} for {self.checkpoints} checkpoint(s)")
+        if self.within_s is not None:
+            parts.append(f"a checkpoint within {self.within_s:g} s")
+        return " and ".join(parts)
 
 
 class MetricsConnectionError(ValueError):
@@ -68,3 +144,32 @@ class BacklogMetricsHook(DbApiHook):
     @property
     def placeholder(self) -> str:
         return "?" if self.sqlalchemy_url.get_backend_name() == "sqlite" else "%s"
+
+    def job_snapshot(self, job_name: str, checkpoints: int = 1) -> JobSnapshot | None:
+        """The job's latest run as its last ``checkpoints`` rows tell it; None before any."""
+        table = backlog_checkpoints
+        query = (
+            sa.select(table.c.run_id, table.c.committed_at, table.c.is_backlog)
+            .where(table.c.job_name == job_name)
+            .order_by(table.c.committed_at.desc(), table.c.id.desc())
+            .limit(min(max(checkpoints, 1), MAX_STREAK))
+        )
+        with self.engine.connect() as connection:
+            rows = connection.execute(query).all()
+        if not rows:
+            return None
+        run_id, committed_at, is_backlog = rows[0]
+        streak = 0
+        for row in rows:
+            if row.run_id != run_id or bool(row.is_backlog) != bool(is_backlog):
+                break
+            streak += 1
+        committed = as_utc(committed_at)
+        assert committed is not None
+        return JobSnapshot(
+            job_name=job_name,
+            run_id=run_id,
+            last_committed_at=committed,
+            phase="backlog" if is_backlog else "live",
+            streak=streak,
+        )

@@ -1,32 +1,28 @@
 import json
 import subprocess
 import sys
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from airflow.providers.common.sql.sensors.sql import SqlSensor
 from airflow.providers_manager import ProvidersManager
 from sqlalchemy.engine import make_url
 
-from airflow_provider_backlog.hooks.metrics import BacklogMetricsHook, MetricsConnectionError
+from airflow_provider_backlog.hooks.metrics import (
+    BacklogMetricsHook,
+    Expectation,
+    JobSnapshot,
+    MetricsConnectionError,
+)
 from spark_jobs.metrics.schema import backlog_transitions
-from tests.airflow_provider_backlog.conftest import insert
+from tests.airflow_provider_backlog.conftest import (
+    CONN_ID,
+    add_checkpoints,
+    insert,
+    use_connection,
+)
 
-CONN_ID = "metrics_test"
-
-
-def use_connection(monkeypatch: pytest.MonkeyPatch, **fields: object) -> None:
-    """An Airflow connection from the environment, as a deployment's secrets would give it."""
-    monkeypatch.setenv(
-        f"AIRFLOW_CONN_{CONN_ID.upper()}", json.dumps({"conn_type": "backlog_metrics", **fields})
-    )
-
-
-def connect_to(monkeypatch: pytest.MonkeyPatch, url: str) -> None:
-    if url.startswith("sqlite:///"):
-        use_connection(monkeypatch, host=url.removeprefix("sqlite:///"))
-    else:
-        use_connection(monkeypatch, extra={"url": url})
+T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 
 
 def test_the_provider_is_listed_by_airflow():
@@ -52,8 +48,8 @@ def test_the_connection_type_reaches_the_connection_form():
     assert "extra__backlog_metrics__url" in manager.connection_form_widgets
 
 
-def test_queries_and_sql_sensor_work_through_the_hook(monkeypatch, metrics_url):
-    connect_to(monkeypatch, metrics_url)
+def test_queries_and_sql_sensor_work_through_the_hook(connected):
+    metrics_url = connected
     at = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
     insert(
         metrics_url,
@@ -108,3 +104,47 @@ def test_a_connection_naming_no_database_is_a_clear_error(monkeypatch):
         "connection 'metrics_test' names no metrics database: set its SQLAlchemy URL "
         "(e.g. postgresql://user@host:5432/metrics) or, for SQLite, its file as host"
     )
+
+
+def test_the_snapshot_counts_the_latest_run_in_the_phase_of_its_last_checkpoint(connected):
+    add_checkpoints(connected, "events", "run-1", T0, "bbbll")
+    add_checkpoints(connected, "events", "run-2", T0 + timedelta(minutes=1), "lblll")
+    add_checkpoints(connected, "other", "run-9", T0 + timedelta(minutes=2), "b")
+    hook = BacklogMetricsHook(CONN_ID)
+    last = T0 + timedelta(minutes=1, seconds=4)
+    assert hook.job_snapshot("events", 10) == JobSnapshot("events", "run-2", last, "live", 3)
+    # asked for fewer, it reads no further
+    assert hook.job_snapshot("events", 2) == JobSnapshot("events", "run-2", last, "live", 2)
+    assert hook.job_snapshot("missing") is None
+
+
+def test_a_new_run_starts_its_streak_afresh(connected):
+    add_checkpoints(connected, "events", "run-1", T0, "lll")
+    add_checkpoints(connected, "events", "run-2", T0 + timedelta(minutes=1), "l")
+    snapshot = BacklogMetricsHook(CONN_ID).job_snapshot("events", 5)
+    assert (snapshot.run_id, snapshot.streak) == ("run-2", 1)
+
+
+def test_expectations():
+    snapshot = JobSnapshot("events", "r", T0, "live", 3)
+    assert Expectation("live", 3).met_by(snapshot, T0)
+    assert not Expectation("live", 4).met_by(snapshot, T0)
+    assert not Expectation("backlog").met_by(snapshot, T0)
+    assert Expectation(within_s=60).met_by(snapshot, T0 + timedelta(seconds=60))
+    assert not Expectation(within_s=60).met_by(snapshot, T0 + timedelta(seconds=61))
+    assert not Expectation("live", within_s=60).met_by(None, T0)
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({}, "expect a phase ('live' or 'backlog'), a freshness, or both"),
+        ({"phase": "caught-up"}, "phase 'caught-up' must be one of ['live', 'backlog']"),
+        ({"phase": "live", "checkpoints": 0}, "checkpoints = 0 must be 1 to 1000"),
+        ({"within_s": -5}, "freshness = -5 s must be above 0"),
+    ],
+)
+def test_impossible_expectations_are_refused_by_name(fields, message):
+    with pytest.raises(ValueError) as raised:
+        Expectation(**fields)
+    assert str(raised.value) == message

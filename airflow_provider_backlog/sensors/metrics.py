@@ -1,0 +1,94 @@
+"""Waiting for a phased job: until it is live (or in backlog) for some checkpoints, or until
+it has committed a checkpoint recently. Deferrable by default: the triggerer polls and no
+worker slot is held; ``deferrable=False`` pokes instead (use ``mode="reschedule"``)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from airflow.sdk import BaseSensorOperator, PokeReturnValue
+from airflow.sdk.exceptions import AirflowException
+
+from airflow_provider_backlog.hooks.metrics import (
+    BacklogMetricsHook,
+    Expectation,
+    Phase,
+)
+from airflow_provider_backlog.triggers.metrics import JobExpectationTrigger
+
+
+class _JobSensor(BaseSensorOperator):
+    template_fields = ("job_name",)
+
+    def __init__(
+        self,
+        *,
+        job_name: str,
+        expectation: Expectation,
+        metrics_conn_id: str = BacklogMetricsHook.default_conn_name,
+        deferrable: bool = True,
+        poke_interval: timedelta | float = 30.0,
+        **kwargs: Any,
+    ):
+        super().__init__(poke_interval=poke_interval, **kwargs)
+        self.job_name = job_name
+        self.expectation = expectation
+        self.metrics_conn_id = metrics_conn_id
+        self.deferrable = deferrable
+
+    def poke(self, context: Any) -> PokeReturnValue:
+        hook = BacklogMetricsHook(self.metrics_conn_id)
+        snapshot = hook.job_snapshot(self.job_name, self.expectation.checkpoints)
+        met = self.expectation.met_by(snapshot, datetime.now(UTC))
+        self.log.info(
+            "job %s: waiting for %s; now %s",
+            self.job_name,
+            self.expectation.describe(),
+            snapshot if snapshot is not None else "no checkpoint yet",
+        )
+        return PokeReturnValue(met, snapshot.as_dict() if met and snapshot else None)
+
+    def execute(self, context: Any) -> Any:
+        if not self.deferrable:
+            return super().execute(context)
+        answer = self.poke(context)
+        if answer:
+            return answer.xcom_value
+        self.defer(
+            trigger=JobExpectationTrigger(
+                self.metrics_conn_id,
+                self.job_name,
+                {
+                    "phase": self.expectation.phase,
+                    "checkpoints": self.expectation.checkpoints,
+                    "within_s": self.expectation.within_s,
+                },
+                self.poke_interval,
+            ),
+            method_name="execute_complete",
+            timeout=timedelta(seconds=self.timeout) if self.timeout else None,
+        )
+
+    def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
+        if event.get("status") != "success":
+            raise AirflowException(event.get("message", f"unexpected event {event!r}"))
+        return event["snapshot"]
+
+
+class BacklogPhaseSensor(_JobSensor):
+    """Waits until ``job_name`` is in ``phase`` (``live`` or ``backlog``) for its last
+    ``for_checkpoints`` checkpoints of one run."""
+
+    def __init__(self, *, job_name: str, phase: Phase, for_checkpoints: int = 1, **kwargs: Any):
+        super().__init__(
+            job_name=job_name, expectation=Expectation(phase, for_checkpoints), **kwargs
+        )
+
+
+class BacklogFreshnessSensor(_JobSensor):
+    """Waits until ``job_name`` has committed a checkpoint within ``within``."""
+
+    def __init__(self, *, job_name: str, within: timedelta | float, **kwargs: Any):
+        seconds = within.total_seconds() if isinstance(within, timedelta) else float(within)
+        super().__init__(job_name=job_name, expectation=Expectation(within_s=seconds), **kwargs)

@@ -1,0 +1,85 @@
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from airflow.sdk.exceptions import AirflowException, TaskDeferred
+
+from airflow_provider_backlog.sensors.metrics import BacklogFreshnessSensor, BacklogPhaseSensor
+from airflow_provider_backlog.triggers.metrics import JobExpectationTrigger
+from tests.airflow_provider_backlog.conftest import CONN_ID, add_checkpoints
+
+
+def live_sensor(**kwargs) -> BacklogPhaseSensor:
+    return BacklogPhaseSensor(
+        task_id="events_live",
+        job_name="events",
+        phase="live",
+        for_checkpoints=2,
+        metrics_conn_id=CONN_ID,
+        **kwargs,
+    )
+
+
+def test_poking_waits_for_the_phase_to_hold_for_enough_checkpoints(connected):
+    start = datetime.now(UTC) - timedelta(seconds=30)
+    sensor = live_sensor(deferrable=False, mode="reschedule")
+    assert not sensor.poke({})
+    add_checkpoints(connected, "events", "run-1", start, "bbl")
+    assert not sensor.poke({})
+    add_checkpoints(connected, "events", "run-1", start + timedelta(seconds=3), "l", 3)
+    answer = sensor.poke({})
+    assert answer and answer.xcom_value == {
+        "job_name": "events",
+        "run_id": "run-1",
+        "last_committed_at": (start + timedelta(seconds=3)).isoformat(),
+        "phase": "live",
+        "streak": 2,
+    }
+
+
+def test_a_deferrable_sensor_hands_the_wait_to_the_triggerer(connected):
+    add_checkpoints(connected, "events", "run-1", datetime.now(UTC), "bl")
+    with pytest.raises(TaskDeferred) as deferred:
+        live_sensor(poke_interval=5, timeout=600).execute({})
+    trigger = deferred.value.trigger
+    assert isinstance(trigger, JobExpectationTrigger)
+    assert trigger.serialize()[1] == {
+        "metrics_conn_id": CONN_ID,
+        "job_name": "events",
+        "expectation": {"phase": "live", "checkpoints": 2, "within_s": None},
+        "poll_interval_s": 5,
+    }
+    assert deferred.value.method_name == "execute_complete"
+    assert deferred.value.timeout == timedelta(minutes=10)
+
+
+def test_a_deferrable_sensor_whose_wait_is_over_does_not_defer(connected):
+    add_checkpoints(connected, "events", "run-1", datetime.now(UTC), "ll")
+    assert live_sensor().execute({})["streak"] == 2
+
+
+def test_an_error_event_fails_the_task_with_its_message():
+    with pytest.raises(AirflowException, match=r"^cannot read the metrics of job 'events'$"):
+        live_sensor().execute_complete(
+            {}, {"status": "error", "message": "cannot read the metrics of job 'events'"}
+        )
+
+
+def test_freshness_is_a_checkpoint_within_the_given_time(connected):
+    sensor = BacklogFreshnessSensor(
+        task_id="fresh",
+        job_name="events",
+        within=timedelta(minutes=1),
+        metrics_conn_id=CONN_ID,
+        deferrable=False,
+    )
+    add_checkpoints(connected, "events", "run-1", datetime.now(UTC) - timedelta(minutes=5), "l")
+    assert not sensor.poke({})
+    add_checkpoints(connected, "events", "run-1", datetime.now(UTC), "l", 1)
+    assert sensor.poke({})
+
+
+def test_an_impossible_wait_is_refused_when_the_dag_is_parsed():
+    with pytest.raises(
+        ValueError, match=r"^phase 'caught-up' must be one of \['live', 'backlog'\]"
+    ):
+        BacklogPhaseSensor(task_id="x", job_name="events", phase="caught-up")

@@ -1,0 +1,60 @@
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+from airflow.sdk.module_loading import import_string
+
+from airflow_provider_backlog.triggers.metrics import JobExpectationTrigger
+from tests.airflow_provider_backlog.conftest import CONN_ID, add_checkpoints, use_connection
+
+LIVE_TWICE = {"phase": "live", "checkpoints": 2, "within_s": None}
+
+
+def test_the_trigger_survives_serialization():
+    trigger = JobExpectationTrigger(CONN_ID, "events", LIVE_TWICE, 0.5)
+    classpath, kwargs = trigger.serialize()
+    assert classpath == "airflow_provider_backlog.triggers.metrics.JobExpectationTrigger"
+    assert kwargs == {
+        "metrics_conn_id": CONN_ID,
+        "job_name": "events",
+        "expectation": LIVE_TWICE,
+        "poll_interval_s": 0.5,
+    }
+    assert import_string(classpath)(**kwargs).serialize() == (classpath, kwargs)
+
+
+def test_the_trigger_fires_once_the_job_has_been_live_long_enough(connected):
+    start = datetime.now(UTC) - timedelta(seconds=30)
+    add_checkpoints(connected, "events", "run-1", start, "bbl")
+    trigger = JobExpectationTrigger(CONN_ID, "events", LIVE_TWICE, 0.05)
+
+    async def scenario():
+        waiting = asyncio.ensure_future(anext(trigger.run()))
+        await asyncio.sleep(0.5)
+        assert not waiting.done(), "fired after one live checkpoint"
+        await asyncio.to_thread(
+            add_checkpoints, connected, "events", "run-1", start + timedelta(seconds=3), "l", 3
+        )
+        return await asyncio.wait_for(waiting, 10)
+
+    event = asyncio.run(scenario())
+    assert event.payload == {
+        "status": "success",
+        "snapshot": {
+            "job_name": "events",
+            "run_id": "run-1",
+            "last_committed_at": (start + timedelta(seconds=3)).isoformat(),
+            "phase": "live",
+            "streak": 2,
+        },
+    }
+
+
+def test_an_unreachable_database_is_an_error_event_naming_it(monkeypatch):
+    use_connection(monkeypatch, extra={"url": "postgresql://metrics@127.0.0.1:1/metrics"})
+    trigger = JobExpectationTrigger(CONN_ID, "events", LIVE_TWICE, 0.05)
+    event = asyncio.run(asyncio.wait_for(anext(trigger.run()), 30))
+    assert event.payload["status"] == "error"
+    assert event.payload["message"].startswith(
+        "cannot read the metrics of job 'events' through connection 'metrics_test': "
+    )
+    assert "127.0.0.1" in event.payload["message"]
