@@ -40,6 +40,12 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": ["airflow_provider_backlog.hooks.metrics"],
             }
         ],
+        "operators": [
+            {
+                "integration-name": "Backlog-aware streaming",
+                "python-modules": ["airflow_provider_backlog.operators.reconfigure"],
+            }
+        ],
         "sensors": [
             {
                 "integration-name": "Backlog-aware streaming",

@@ -8,8 +8,10 @@ write with, which imports no pyspark.
 
 from __future__ import annotations
 
+import json
+import time
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
@@ -19,7 +21,14 @@ from airflow.providers.common.sql.hooks.sql import DbApiHook
 from sqlalchemy.engine import URL, Engine, make_url
 
 from airflow_provider_backlog import METRICS_CONN_TYPE
-from spark_jobs.metrics.schema import as_utc, backlog_checkpoints, make_engine
+from spark_jobs.metrics.schema import (
+    PENDING,
+    as_utc,
+    backlog_checkpoints,
+    backlog_control,
+    create_tables,
+    make_engine,
+)
 
 Phase = Literal["live", "backlog"]
 PHASES: tuple[Phase, ...] = ("live", "backlog")
@@ -173,3 +182,33 @@ class BacklogMetricsHook(DbApiHook):
             phase="backlog" if is_backlog else "live",
             streak=streak,
         )
+
+    def request_reconfiguration(self, job_name: str, settings: dict[str, str]) -> int:
+        """Ask the running job to change settings; returns the request's id."""
+        with self.engine.begin() as connection:
+            create_tables(connection)
+            result = connection.execute(
+                backlog_control.insert().values(
+                    job_name=job_name,
+                    requested_at=datetime.now(UTC),
+                    settings=json.dumps(settings, sort_keys=True),
+                    status=PENDING,
+                )
+            )
+            (request_id,) = result.inserted_primary_key
+        return int(request_id)
+
+    def reconfiguration_answer(
+        self, request_id: int, wait_s: float = 0.0, poll_s: float = 1.0
+    ) -> tuple[str, str | None]:
+        """The request's status (``pending``, ``applied``, ``rejected``) and the job's answer,
+        waiting up to ``wait_s`` for the job to answer."""
+        table = backlog_control
+        query = sa.select(table.c.status, table.c.answer).where(table.c.id == request_id)
+        deadline = time.monotonic() + wait_s
+        while True:
+            with self.engine.connect() as connection:
+                status, answer = connection.execute(query).one()
+            if status != PENDING or time.monotonic() >= deadline:
+                return status, answer
+            time.sleep(poll_s)

@@ -235,6 +235,27 @@ class BacklogConfig:
         return line
 
 
+#: What a running job may change without a restart.
+RECONFIGURABLE = (INTERVAL, INTERVAL_DURING_BACKLOG)
+
+
+def reconfigured(
+    config: BacklogConfig, conf: Mapping[str, str], changes: Mapping[str, str]
+) -> BacklogConfig:
+    """``config`` with ``changes`` applied over the Spark ``conf`` it came from, validated as
+    at startup; raises ConfigError naming every problem, including keys that need a restart."""
+    problems = [
+        f"{key} = {value!r} cannot change while the job runs; only {', '.join(RECONFIGURABLE)} can"
+        for key, value in sorted(changes.items())
+        if key not in RECONFIGURABLE
+    ]
+    if problems:
+        raise ConfigError(problems)
+    updated = {**conf, **{key: str(value) for key, value in changes.items()}}
+    updated[JOB_NAME], updated[RUN_ID] = config.job_name, config.run_id
+    return BacklogConfig.from_spark_conf(updated)
+
+
 def checkpoint_interval(config: BacklogConfig, job_is_backlog: bool) -> float | None:
     """The one place that picks the current checkpoint interval (None: no periodic checkpoint)."""
     if not job_is_backlog or config.interval_during_backlog_s is None:

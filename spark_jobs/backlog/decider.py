@@ -177,6 +177,15 @@ class CheckpointDecider:
         self._backlog = job_is_backlog
         return self._decide(due)
 
+    def reconfigure(self, config: BacklogConfig) -> Decision:
+        """New intervals for the running job. In real time the next batch is due no later
+        than ``now + interval``, as when backlog ends; in backlog the batch size follows."""
+        self._config = config
+        due = self._decision.due_at
+        if not self._backlog:
+            due = min(due, self._clock() + config.interval_s)
+        return self._decide(due)
+
     def _decide(self, due_at: float) -> Decision:
         self._decision = Decision(
             is_backlog=bool(self._backlog),

@@ -35,6 +35,9 @@ class SourceGatedApplier:
         self._stale_after_s = config.interval_s + STALE_GRACE_S
         self._seq = 0
 
+    def reconfigure(self, config: BacklogConfig) -> None:
+        self._stale_after_s = config.interval_s + STALE_GRACE_S
+
     def apply(self, decision: Decision, progress: BatchProgress | None = None) -> None:
         starts = None
         if progress is not None:
@@ -91,6 +94,10 @@ class RestartApplier:
         self.current: TriggerSettings | None = None
         self._wanted: TriggerSettings | None = None
 
+    def reconfigure(self, config: BacklogConfig) -> None:
+        """The next decision's settings use the new intervals (a restart if they differ)."""
+        self._config = config
+
     def settings_for(self, decision: Decision) -> TriggerSettings:
         if not decision.is_backlog:
             # Everything that arrived: a limit here would let live data pile up again.
@@ -132,6 +139,9 @@ class RestartApplier:
 
 class RecordOnlyApplier:
     """Leaves the query alone: for measuring a hand-set static trigger with the same records."""
+
+    def reconfigure(self, config: BacklogConfig) -> None:
+        del config  # the hand-set trigger stays what it was started with
 
     def apply(self, decision: Decision, progress: BatchProgress | None = None) -> None:
         del decision, progress

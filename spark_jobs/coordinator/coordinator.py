@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
@@ -24,6 +25,8 @@ class DecisionApplier(Protocol):
     """Makes the query follow a decision: by gating its sources or by restarting it."""
 
     def apply(self, decision: Decision, progress: BatchProgress | None = None) -> None: ...
+
+    def reconfigure(self, config: BacklogConfig) -> None: ...
 
 
 class StatusProbe(Protocol):
@@ -59,6 +62,8 @@ class BacklogCoordinator:
         graph: OperatorGraph | None = None,
     ):
         self.config = config
+        # Progress arrives on the listener's thread, reconfigurations on the control poller's.
+        self._lock = threading.Lock()
         self._applier = applier
         self._recorder = recorder
         self._probes = list(probes)
@@ -86,6 +91,15 @@ class BacklogCoordinator:
         self._applier.apply(decision)
         return decision
 
+    def reconfigure(self, config: BacklogConfig) -> Decision:
+        """New intervals while the query runs; the next decision follows them at once."""
+        with self._lock:
+            self.config = config
+            self._applier.reconfigure(config)
+            decision = self.decider.reconfigure(config)
+            self._applier.apply(decision)
+            return decision
+
     def on_progress(self, progress: BatchProgress) -> Decision:
         """Decide after a committed batch.
 
@@ -93,6 +107,10 @@ class BacklogCoordinator:
         nothing about lag: its phase counts only when that says backlog, since a lag rule
         could still hold a live phase in backlog.
         """
+        with self._lock:
+            return self._on_progress(progress)
+
+    def _on_progress(self, progress: BatchProgress) -> Decision:
         statuses = [
             status
             for source in progress.sources

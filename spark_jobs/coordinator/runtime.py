@@ -32,6 +32,7 @@ from spark_jobs.coordinator.appliers import (
     SourceGatedApplier,
     TriggerSettings,
 )
+from spark_jobs.coordinator.control import ControlPoller
 from spark_jobs.coordinator.coordinator import BacklogCoordinator, DecisionApplier, StatusProbe
 from spark_jobs.coordinator.listener import ProgressListener
 from spark_jobs.metrics.writer import MetricsWriter
@@ -82,6 +83,7 @@ class BacklogRuntime:
         # spark-submit --conf lands in the context; builder.config and spark.conf.set on a
         # running session only in the session's conf, which wins.
         conf = dict(spark.sparkContext.getConf().getAll()) | spark.conf.getAll
+        self._conf = conf
         self.config = config or BacklogConfig.from_spark_conf(conf, conf.get("spark.app.name"))
         self._clock = clock
         spark.dataSource.register(HybridDataSource)
@@ -96,6 +98,7 @@ class BacklogRuntime:
         self.coordinator: BacklogCoordinator | None = None
         self.query: StreamingQuery | None = None
         self._listener: ProgressListener | None = None
+        self._control: ControlPoller | None = None
         self._stop = threading.Event()
         self._cadence_s = self.config.interval_s
         self.started_with: list[QueryStart] = []
@@ -167,6 +170,8 @@ class BacklogRuntime:
         )
         self._listener = ProgressListener(self.config.job_name, self.coordinator.on_progress)
         self.spark.streams.addListener(self._listener)
+        self._control = ControlPoller(self.config, self._conf, self.coordinator.reconfigure)
+        self._control.start()
         return self.coordinator
 
     def _start(self, writer: DataStreamWriter) -> StreamingQuery:
@@ -257,6 +262,9 @@ class BacklogRuntime:
         if self.query is not None and self.query.isActive:
             stop_gracefully(self.query)
         self._drain_progress()
+        if self._control is not None:
+            self._control.close()
+            self._control = None
         if self._listener is not None:
             self.spark.streams.removeListener(self._listener)
             self._listener = None

@@ -69,6 +69,26 @@ backlog_transitions = Table(
 )
 
 
+#: Requests to change a running job's settings, and the job's answers. Airflow inserts a
+#: ``pending`` row; the job's coordinator validates it, applies it or not, and sets
+#: ``status`` to ``applied`` or ``rejected`` with its message in ``answer``.
+backlog_control = Table(
+    "backlog_control",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("job_name", String(200), nullable=False),
+    Column("requested_at", DateTime(timezone=True), nullable=False),
+    # JSON object: Spark conf key -> value, as on the command line.
+    Column("settings", Text, nullable=False),
+    Column("status", String(20), nullable=False),
+    Column("answer", Text, nullable=True),
+    Column("answered_at", DateTime(timezone=True), nullable=True),
+    Column("answered_by_run", String(200), nullable=True),
+    Index("ix_backlog_control_job_status", "job_name", "status"),
+)
+PENDING, APPLIED, REJECTED = "pending", "applied", "rejected"
+
+
 def _require_utc(value: datetime | None, field: str) -> datetime | None:
     if value is None:
         return None

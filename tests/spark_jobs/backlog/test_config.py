@@ -1,6 +1,11 @@
 import pytest
 
-from spark_jobs.backlog.config import BacklogConfig, ConfigError, checkpoint_interval
+from spark_jobs.backlog.config import (
+    BacklogConfig,
+    ConfigError,
+    checkpoint_interval,
+    reconfigured,
+)
 from spark_jobs.backlog.lag import LagRules, Thresholds
 
 BASE = {"spark.backlog.job-name": "orders"}
@@ -256,3 +261,33 @@ def test_describe_names_the_lag_rules_that_are_on():
         "min-pause=0 max-batch-rows=1000000 offset-lag=enter>5000,leave<=2500 "
         "watermark-lag=enter>5min,leave<=150s lag-min-dwell=1min"
     )
+
+
+def test_a_running_job_takes_new_intervals_validated_as_at_startup():
+    conf = {
+        "spark.backlog.job-name": "events",
+        "spark.backlog.run-id": "run-1",
+        "spark.backlog.checkpointing.interval": "2s",
+        "spark.backlog.checkpointing.interval-during-backlog": "1min",
+        "spark.backlog.checkpointing.max-batch-rows": "5000",
+        "spark.master": "local[2]",
+    }
+    config = BacklogConfig.from_spark_conf(conf)
+    changed = reconfigured(config, conf, {"spark.backlog.checkpointing.interval": "5s"})
+    assert (changed.interval_s, changed.interval_during_backlog_s) == (5.0, 60.0)
+    assert (changed.job_name, changed.run_id, changed.max_batch_rows) == ("events", "run-1", 5000)
+
+    with pytest.raises(ConfigError) as raised:
+        reconfigured(config, conf, {"spark.backlog.checkpointing.interval": "2min"})
+    assert raised.value.problems == [
+        "spark.backlog.checkpointing.interval-during-backlog = '1min' is invalid: it must be 0 "
+        "(no periodic checkpoint during backlog) or at least spark.backlog.checkpointing."
+        "interval (2min), because checkpoints during backlog may only be rarer"
+    ]
+    with pytest.raises(ConfigError) as raised:
+        reconfigured(config, conf, {"spark.backlog.checkpointing.max-batch-rows": "9"})
+    assert raised.value.problems == [
+        "spark.backlog.checkpointing.max-batch-rows = '9' cannot change while the job runs; "
+        "only spark.backlog.checkpointing.interval, "
+        "spark.backlog.checkpointing.interval-during-backlog can"
+    ]

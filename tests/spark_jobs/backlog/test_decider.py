@@ -287,3 +287,33 @@ def test_estimator_knows_nothing_before_a_measurement():
     estimator = ThroughputEstimator()
     estimator.observe(0, 1.0)  # empty batches say nothing about throughput
     assert estimator.rows_for(10) is None
+
+
+# --- reconfiguration while running ---------------------------------------------------------
+
+
+def test_a_shorter_interval_in_real_time_brings_the_next_batch_forward():
+    clock = FakeClock()
+    decider = CheckpointDecider(config(interval="30s"), clock)
+    decider.on_batch_committed(committed(clock, 0, 1.0, 10), job_is_backlog=False)
+    assert decider.decision.due_at == clock.now + 29.0
+    decision = decider.reconfigure(config(interval="5s"))
+    assert (decision.interval_s, decision.due_at) == (5.0, clock.now + 5.0)
+    # a longer one leaves the armed deadline; later batches follow the new interval
+    decider.reconfigure(config(interval="1min"))
+    assert decider.decision.due_at == clock.now + 5.0
+    batch = committed(clock, 1, 1.0, 10)
+    assert decider.on_batch_committed(batch, job_is_backlog=False).due_at == (
+        batch.started_at + 60.0
+    )
+
+
+def test_a_new_backlog_interval_resizes_backlog_batches():
+    clock = FakeClock()
+    decider = CheckpointDecider(config(interval="1s", interval_during_backlog="10s"), clock)
+    for batch_id in range(3):
+        decider.on_batch_committed(committed(clock, batch_id, 10.0, 100_000), True)
+    before = decider.decision.max_rows
+    after = decider.reconfigure(config(interval="1s", interval_during_backlog="20s"))
+    assert (after.is_backlog, after.interval_s, after.due_at) == (True, 20.0, clock.now)
+    assert after.max_rows == 2 * before

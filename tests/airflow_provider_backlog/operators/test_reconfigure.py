@@ -1,0 +1,83 @@
+from datetime import timedelta
+
+import pytest
+from airflow.sdk.exceptions import AirflowException
+
+from airflow_provider_backlog.operators.reconfigure import BacklogReconfigureOperator
+from spark_jobs.backlog.config import BacklogConfig
+from spark_jobs.coordinator.appliers import SourceGatedApplier
+from spark_jobs.coordinator.control import ControlPoller
+from spark_jobs.coordinator.coordinator import BacklogCoordinator
+from spark_jobs.metrics.writer import MetricsWriter
+from spark_jobs.sources.gate import PlanChannel
+from tests.airflow_provider_backlog.conftest import CONN_ID
+
+
+@pytest.fixture
+def running_job(connected, tmp_path):
+    """The driver side of a running job (coordinator and control poller), without Spark."""
+    conf = {
+        "spark.backlog.job-name": "events",
+        "spark.backlog.run-id": "run-1",
+        "spark.backlog.checkpointing.interval": "2s",
+        "spark.backlog.checkpointing.interval-during-backlog": "1min",
+        "spark.backlog.metrics.url": connected,
+    }
+    config = BacklogConfig.from_spark_conf(conf)
+    writer = MetricsWriter(connected)
+    coordinator = BacklogCoordinator(
+        config, SourceGatedApplier(PlanChannel(tmp_path / "channel"), config), writer
+    )
+    coordinator.start()
+    poller = ControlPoller(config, conf, coordinator.reconfigure, every_s=0.1)
+    poller.start()
+    yield coordinator
+    poller.close()
+    writer.close()
+
+
+def reconfigure(**kwargs) -> BacklogReconfigureOperator:
+    return BacklogReconfigureOperator(
+        task_id="reconfigure",
+        job_name="events",
+        metrics_conn_id=CONN_ID,
+        poll_interval_s=0.1,
+        **kwargs,
+    )
+
+
+def test_the_job_applies_new_intervals_and_the_task_returns_them(running_job):
+    answer = reconfigure(interval="5s", interval_during_backlog="2min").execute({})
+    assert answer == (
+        "job=events run=run-1 interval=5s interval-during-backlog=2min min-pause=0 "
+        "max-batch-rows=1000000"
+    )
+    assert (running_job.config.interval_s, running_job.config.interval_during_backlog_s) == (
+        5.0,
+        120.0,
+    )
+
+
+def test_invalid_values_fail_the_task_with_the_jobs_message_and_change_nothing(running_job):
+    with pytest.raises(AirflowException) as raised:
+        reconfigure(interval="5 parsecs").execute({})
+    assert str(raised.value).startswith(
+        "job 'events' rejected {'spark.backlog.checkpointing.interval': '5 parsecs'}: "
+        "invalid backlog configuration:\n  spark.backlog.checkpointing.interval = '5 parsecs' "
+        "is invalid: "
+    )
+    assert running_job.config.interval_s == 2.0
+
+
+def test_no_running_job_fails_the_task_after_the_answer_timeout(connected):
+    with pytest.raises(AirflowException) as raised:
+        reconfigure(interval="5s", answer_timeout=timedelta(seconds=0.5)).execute({})
+    assert str(raised.value) == (
+        "job 'events' did not answer reconfiguration request 1 within 0:00:00.500000: "
+        "is it running?"
+    )
+
+
+def test_nothing_to_change_is_refused_when_the_dag_is_parsed():
+    with pytest.raises(ValueError, match=r"^set interval, interval_during_backlog, or both$"):
+        BacklogReconfigureOperator(task_id="x", job_name="events")

@@ -1,0 +1,110 @@
+import json
+from datetime import UTC, datetime
+
+import sqlalchemy as sa
+
+from spark_jobs.backlog.config import BacklogConfig
+from spark_jobs.coordinator.appliers import SourceGatedApplier
+from spark_jobs.coordinator.control import ControlPoller
+from spark_jobs.coordinator.coordinator import BacklogCoordinator
+from spark_jobs.metrics.schema import backlog_control, create_tables, make_engine
+from spark_jobs.metrics.writer import MetricsWriter
+from spark_jobs.sources.gate import PlanChannel
+from tests.spark_jobs.backlog.simulation import FakeClock
+
+CONF = {
+    "spark.backlog.job-name": "events",
+    "spark.backlog.run-id": "run-7",
+    "spark.backlog.checkpointing.interval": "30s",
+    "spark.backlog.checkpointing.interval-during-backlog": "1min",
+}
+
+
+def request(url: str, job: str, settings: object) -> int:
+    engine = make_engine(url)
+    with engine.begin() as connection:
+        create_tables(connection)
+        text = settings if isinstance(settings, str) else json.dumps(settings)
+        result = connection.execute(
+            backlog_control.insert().values(
+                job_name=job, requested_at=datetime.now(UTC), settings=text, status="pending"
+            )
+        )
+    engine.dispose()
+    return result.inserted_primary_key[0]
+
+
+def answers(url: str) -> list[tuple]:
+    engine = make_engine(url)
+    with engine.connect() as connection:
+        rows = connection.execute(
+            sa.select(
+                backlog_control.c.id,
+                backlog_control.c.status,
+                backlog_control.c.answer,
+                backlog_control.c.answered_by_run,
+            ).order_by(backlog_control.c.id)
+        ).all()
+    engine.dispose()
+    return [tuple(row) for row in rows]
+
+
+def test_requests_are_validated_applied_or_rejected_and_answered(tmp_path):
+    url = f"sqlite:///{tmp_path}/metrics.db"
+    conf = CONF | {"spark.backlog.metrics.url": url}
+    config = BacklogConfig.from_spark_conf(conf)
+    channel = PlanChannel(tmp_path / "channel")
+    clock = FakeClock(1_795_261_800.0)
+    writer = MetricsWriter(url)
+    coordinator = BacklogCoordinator(
+        config, SourceGatedApplier(channel, config), writer, clock=clock
+    )
+    coordinator.start()
+    poller = ControlPoller(config, conf, coordinator.reconfigure)
+
+    good = request(url, "events", {"spark.backlog.checkpointing.interval": "5s"})
+    too_long = request(url, "events", {"spark.backlog.checkpointing.interval": "5min"})
+    restart_only = request(url, "events", {"spark.backlog.checkpointing.min-pause": "1s"})
+    not_json = request(url, "events", "interval=5s")
+    other_job = request(url, "orders", {"spark.backlog.checkpointing.interval": "1s"})
+    assert poller.poll_once() == 4
+    assert poller.poll_once() == 0  # each request is answered once
+    poller.close()
+    writer.close()
+
+    assert coordinator.config.interval_s == 5.0
+    assert channel.read().seq == 2  # the new decision was published at once
+    assert answers(url) == [
+        (
+            good,
+            "applied",
+            "job=events run=run-7 interval=5s interval-during-backlog=1min min-pause=0 "
+            "max-batch-rows=1000000",
+            "run-7",
+        ),
+        (
+            too_long,
+            "rejected",
+            "invalid backlog configuration:\n  spark.backlog.checkpointing.interval-during-backlog"
+            " = '1min' is invalid: it must be 0 (no periodic checkpoint during backlog) or at "
+            "least spark.backlog.checkpointing.interval (5min), because checkpoints during "
+            "backlog may only be rarer",
+            "run-7",
+        ),
+        (
+            restart_only,
+            "rejected",
+            "invalid backlog configuration:\n  spark.backlog.checkpointing.min-pause = '1s' "
+            "cannot change while the job runs; only spark.backlog.checkpointing.interval, "
+            "spark.backlog.checkpointing.interval-during-backlog can",
+            "run-7",
+        ),
+        (
+            not_json,
+            "rejected",
+            "invalid backlog configuration:\n  the request is not JSON (Expecting value: line 1 "
+            "column 1 (char 0)): 'interval=5s'",
+            "run-7",
+        ),
+        (other_job, "pending", None, None),
+    ]
