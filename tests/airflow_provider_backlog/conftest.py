@@ -1,18 +1,13 @@
-"""Airflow reads its configuration when first imported: point it at a throwaway home, with
-SQLite and no example DAGs, before any test module imports it."""
+"""Metrics databases with the tables, on SQLite and PostgreSQL, reachable as an Airflow
+connection (tests/conftest.py points Airflow at a throwaway home)."""
 
 import json
-import os
-import tempfile
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-
-os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="airflow-home-"))
-os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 
 from spark_jobs.metrics.schema import backlog_checkpoints, make_engine, metadata
 
