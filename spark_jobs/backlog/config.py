@@ -28,6 +28,7 @@ JOB_NAME = "spark.backlog.job-name"
 RUN_ID = "spark.backlog.run-id"
 METRICS_URL = "spark.backlog.metrics.url"
 PENDING_FILES_THRESHOLD = "spark.backlog.file-source.pending-files-threshold"
+LEASE_TTL = "spark.backlog.lease.ttl"
 OFFSET_LAG_ENTER = "spark.backlog.lag.offsets.enter-threshold"
 OFFSET_LAG_LEAVE = "spark.backlog.lag.offsets.leave-threshold"
 WATERMARK_LAG_ENTER = "spark.backlog.lag.watermark.enter-threshold"
@@ -40,6 +41,7 @@ DEFAULTS = {
     MAX_BATCH_ROWS: "1000000",
     METRICS_URL: "sqlite:///backlog_metrics.db",
     PENDING_FILES_THRESHOLD: "10",
+    LEASE_TTL: "30s",
     LAG_MIN_DWELL: "0",
 }
 KNOWN_KEYS = (
@@ -56,6 +58,7 @@ KNOWN_KEYS = (
     WATERMARK_LAG_ENTER,
     WATERMARK_LAG_LEAVE,
     LAG_MIN_DWELL,
+    LEASE_TTL,
 )
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:+-]{0,199}$")
 _NAME_RULE = "1-200 characters: letters, digits and _ . : + - (starting with a letter or digit)"
@@ -88,6 +91,8 @@ class BacklogConfig:
     run_id: str
     metrics_url: str
     pending_files_threshold: int
+    #: How long the driver's lease lives unless renewed (renewed every third of it).
+    lease_ttl_s: float
     lag_rules: LagRules
 
     @classmethod
@@ -207,6 +212,8 @@ class BacklogConfig:
             run_id=name(RUN_ID, uuid.uuid4().hex),
             metrics_url=metrics_url,
             pending_files_threshold=count(PENDING_FILES_THRESHOLD) or 1,
+            lease_ttl_s=duration(LEASE_TTL, 3.0, f"must be at least 3s ({DURATION_FORMAT})")
+            or 30.0,
             lag_rules=LagRules(
                 offsets=offset_lag, watermark_s=watermark_lag, min_dwell_s=min_dwell or 0.0
             ),

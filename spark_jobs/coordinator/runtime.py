@@ -35,6 +35,7 @@ from spark_jobs.coordinator.appliers import (
 from spark_jobs.coordinator.control import ControlPoller
 from spark_jobs.coordinator.coordinator import BacklogCoordinator, DecisionApplier, StatusProbe
 from spark_jobs.coordinator.listener import ProgressListener
+from spark_jobs.metrics.lease import LeaseKeeper, LeaseStore
 from spark_jobs.metrics.writer import MetricsWriter
 from spark_jobs.sources.gate import PlanChannel
 from spark_jobs.sources.hybrid import HybridDataSource
@@ -99,12 +100,32 @@ class BacklogRuntime:
         self.query: StreamingQuery | None = None
         self._listener: ProgressListener | None = None
         self._control: ControlPoller | None = None
+        self._lease: LeaseKeeper | None = None
         self._stop = threading.Event()
         self._cadence_s = self.config.interval_s
         self.started_with: list[QueryStart] = []
         logger.info("backlog-aware checkpointing: %s", self.config.describe())
 
     # --- starting --------------------------------------------------------------------------
+
+    def hold_lease(self, checkpoint_location: str) -> None:
+        """Become the one live driver of this job and checkpoint location, before the query
+        starts. A lease left by a driver that died is taken over once it expires (within
+        ``spark.backlog.lease.ttl``); one still renewed raises LeaseHeld. The run stops if
+        the lease is lost (another driver took over after this one failed to renew)."""
+        ttl_s = self.config.lease_ttl_s
+        store = LeaseStore(self.config.metrics_url)
+        lease = store.acquire(
+            self.config.job_name,
+            checkpoint_location,
+            self.config.run_id,
+            ttl_s,
+            spark_ui_url=self.spark.sparkContext.uiWebUrl,
+            wait_s=ttl_s * 1.2,
+        )
+        logger.info("holding the lease of %s until %s", checkpoint_location, lease.expires_at)
+        self._lease = LeaseKeeper(store, lease, self.stop, ttl_s)
+        self._lease.start()
 
     def source_options(self) -> dict[str, str]:
         """Options that put a hybrid source under this runtime's coordinator."""
@@ -218,14 +239,17 @@ class BacklogRuntime:
         if self._stop.is_set() or (deadline is not None and time.monotonic() >= deadline):
             stop_gracefully(query)
             return True
-        if stop_when_idle_s is not None and self._idle_for(stop_when_idle_s):
+        if stop_when_idle_s is not None and self._idle_for(query, stop_when_idle_s):
             logger.info("live and idle for %.0f s: stopping after a commit", stop_when_idle_s)
             stop_gracefully(query)
             return True
         return False
 
-    def _idle_for(self, seconds: float) -> bool:
-        """Live, and no batch for ``seconds`` beyond when the next one would have come."""
+    def _idle_for(self, query: StreamingQuery, seconds: float) -> bool:
+        """Live, no batch running, and none for ``seconds`` beyond when the next one would
+        have come. (Progress reaches the coordinator late: a long batch can be running.)"""
+        if query.status["isTriggerActive"]:
+            return False
         coordinator = self.coordinator
         # Unknown (no source reported yet, as after a restart with only a replayed batch)
         # counts as live: a source that never reported is not in backlog.
@@ -265,6 +289,9 @@ class BacklogRuntime:
         if self._control is not None:
             self._control.close()
             self._control = None
+        if self._lease is not None:
+            self._lease.release()
+            self._lease = None
         if self._listener is not None:
             self.spark.streams.removeListener(self._listener)
             self._listener = None

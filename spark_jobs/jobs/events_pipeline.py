@@ -34,6 +34,8 @@ from spark_jobs.backlog.values import (
 from spark_jobs.coordinator.plan_graph import operator_graph
 from spark_jobs.coordinator.runtime import BacklogRuntime
 from spark_jobs.jobs.launch import JavaMissing, prepare_driver_environment, require_java
+from spark_jobs.metrics.lease import LeaseHeld
+from spark_jobs.sources.files import resolve_uri
 
 logger = logging.getLogger("spark_jobs.jobs.events_pipeline")
 
@@ -177,27 +179,33 @@ def run(args: argparse.Namespace) -> None:
     spark = builder.getOrCreate()
     try:
         runtime = BacklogRuntime(spark)
-        for key, value in STATE_STORE.items():
-            spark.conf.set(key, value)
-        spark.conf.set("spark.sql.shuffle.partitions", str(args.shuffle_partitions))
-        spark.conf.set("spark.sql.session.timeZone", "UTC")
-        windows = windowed_totals(read_events(spark, runtime, args), args)
-        writer = (
-            windows.writeStream.format("parquet")
-            .outputMode("append")
-            .option("path", args.output)
-            .option("checkpointLocation", f"{args.checkpoint.rstrip('/')}/spark")
-        )
-        if args.static_trigger is None:
-            runtime.start_gated(writer, graph=operator_graph(windows))
-        else:
-            runtime.start_static(writer, args.static_trigger)
         try:
+            runtime.hold_lease(resolve_uri(args.checkpoint))
+            start(spark, runtime, args)
             runtime.await_termination(stop_when_idle_s=args.stop_when_idle, timeout_s=args.timeout)
         finally:
             runtime.close()
     finally:
         spark.stop()
+
+
+def start(spark: SparkSession, runtime: BacklogRuntime, args: argparse.Namespace) -> None:
+    """The pipeline's query, started under the runtime's coordinator."""
+    for key, value in STATE_STORE.items():
+        spark.conf.set(key, value)
+    spark.conf.set("spark.sql.shuffle.partitions", str(args.shuffle_partitions))
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    windows = windowed_totals(read_events(spark, runtime, args), args)
+    writer = (
+        windows.writeStream.format("parquet")
+        .outputMode("append")
+        .option("path", args.output)
+        .option("checkpointLocation", f"{args.checkpoint.rstrip('/')}/spark")
+    )
+    if args.static_trigger is None:
+        runtime.start_gated(writer, graph=operator_graph(windows))
+    else:
+        runtime.start_static(writer, args.static_trigger)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -206,7 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         require_java()
         run(args)
-    except (ConfigError, JavaMissing) as error:
+    except (ConfigError, JavaMissing, LeaseHeld) as error:
         print(f"backlog-events-job: {error}", file=sys.stderr)
         return 2
     except StreamingQueryException as error:

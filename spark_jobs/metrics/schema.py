@@ -88,6 +88,23 @@ backlog_control = Table(
 )
 PENDING, APPLIED, REJECTED = "pending", "applied", "rejected"
 
+#: One live driver per job and checkpoint location: the driver holds this row and renews
+#: it; a second driver is refused while it is held, and takes over once it has expired
+#: (its holder died without releasing it).
+backlog_leases = Table(
+    "backlog_leases",
+    metadata,
+    Column("job_name", String(200), primary_key=True),
+    Column("checkpoint_location", String(1000), primary_key=True),
+    Column("run_id", String(200), nullable=False),
+    Column("acquired_at", DateTime(timezone=True), nullable=False),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+    # The run's Spark UI, for Airflow's link to it.
+    Column("spark_ui_url", String(500), nullable=True),
+    # Set when the run ended and let go (NULL while it runs or if it died).
+    Column("released_at", DateTime(timezone=True), nullable=True),
+)
+
 
 def _require_utc(value: datetime | None, field: str) -> datetime | None:
     if value is None:

@@ -113,6 +113,8 @@ def base_conf(dirs: JobDirs, job: str, **conf: str) -> dict[str, str]:
         "spark.ui.enabled": "false",
         "spark.backlog.job-name": job,
         "spark.backlog.metrics.url": dirs.metrics_url,
+        # A restart after a SIGKILL waits for the dead driver's lease to expire.
+        "spark.backlog.lease.ttl": "5s",
         **{f"spark.backlog.checkpointing.{k.replace('_', '-')}": v for k, v in conf.items()},
     }
 

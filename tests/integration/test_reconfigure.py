@@ -1,6 +1,6 @@
 """Airflow's reconfigure operator against a running Spark job: new intervals are applied
 without a restart, and an invalid request is refused with the job's reason while the job
-keeps running."""
+keeps running; a second driver on its checkpoint is refused."""
 
 import json
 from datetime import timedelta
@@ -16,6 +16,7 @@ from tests.integration.jobs import (
     checkpoints,
     console_job,
     finish,
+    log_of,
     wait_for,
 )
 
@@ -61,6 +62,13 @@ def test_a_running_job_takes_new_intervals_and_refuses_invalid_ones(tmp_path, mo
         )
         count = len(checkpoints(dirs))
         wait_for(lambda: len(checkpoints(dirs)) >= count + 2, "the job running on", 60, job)
+
+        # A second driver on the same checkpoint is refused while the first one lives.
+        second = console_job(dirs, conf)
+        assert second.wait(120) == 2
+        assert "job 'reconfigured' at checkpoint file://" in log_of(
+            second
+        ) and "is already run by" in log_of(second)
     finally:
         producer.stop()
     finish(job, 120)

@@ -114,6 +114,7 @@ def test_backlog_interval_shorter_than_interval_is_refused_with_flinks_reason():
         ("lag.watermark.enter-threshold", "0", "must be at least 1ms"),
         ("lag.watermark.enter-threshold", "300", "a unit is required"),
         ("lag.min-dwell", "a while", "expected a number with a unit"),
+        ("lease.ttl", "1s", "must be at least 3s"),
     ],
 )
 def test_each_invalid_value_is_named_with_what_is_allowed(key, value, expected):
