@@ -26,6 +26,7 @@ from spark_jobs.metrics.schema import (
     as_utc,
     backlog_checkpoints,
     backlog_control,
+    backlog_leases,
     create_tables,
     make_engine,
 )
@@ -212,3 +213,31 @@ class BacklogMetricsHook(DbApiHook):
             if status != PENDING or time.monotonic() >= deadline:
                 return status, answer
             time.sleep(poll_s)
+
+    def run_stopped(self, job_name: str, since: datetime, now: datetime) -> str | None:
+        """Why waiting for the job is pointless, or None: its driver died (its lease
+        expired without being released), or its run ended after ``since``."""
+        table = backlog_leases
+        with self.engine.begin() as connection:
+            create_tables(connection)
+            lease = connection.execute(
+                sa.select(table.c.run_id, table.c.expires_at, table.c.released_at)
+                .where(table.c.job_name == job_name)
+                .order_by(table.c.acquired_at.desc())
+                .limit(1)
+            ).one_or_none()
+        if lease is None:
+            return None
+        expires_at, released_at = as_utc(lease.expires_at), as_utc(lease.released_at)
+        assert expires_at is not None
+        if released_at is None and expires_at <= now:
+            return (
+                f"the driver of job {job_name!r} (run {lease.run_id}) stopped renewing its "
+                f"lease, which expired at {expires_at.isoformat()}: it has died"
+            )
+        if released_at is not None and released_at >= since:
+            return (
+                f"the run {lease.run_id} of job {job_name!r} ended at "
+                f"{released_at.isoformat()} while it was awaited"
+            )
+        return None

@@ -36,11 +36,16 @@ class _JobSensor(BaseSensorOperator):
         self.expectation = expectation
         self.metrics_conn_id = metrics_conn_id
         self.deferrable = deferrable
+        self._created_at = datetime.now(UTC)
 
     def poke(self, context: Any) -> PokeReturnValue:
         hook = BacklogMetricsHook(self.metrics_conn_id)
+        now = datetime.now(UTC)
         snapshot = hook.job_snapshot(self.job_name, self.expectation.checkpoints)
-        met = self.expectation.met_by(snapshot, datetime.now(UTC))
+        met = self.expectation.met_by(snapshot, now)
+        stopped = None if met else hook.run_stopped(self.job_name, self._since(context), now)
+        if stopped is not None:
+            raise AirflowException(stopped)
         self.log.info(
             "job %s: waiting for %s; now %s",
             self.job_name,
@@ -65,10 +70,17 @@ class _JobSensor(BaseSensorOperator):
                     "within_s": self.expectation.within_s,
                 },
                 self.poke_interval,
+                self._since(context).isoformat(),
             ),
             method_name="execute_complete",
             timeout=timedelta(seconds=self.timeout) if self.timeout else None,
         )
+
+    def _since(self, context: Any) -> datetime:
+        """When this wait began: the task instance's start, or now outside a task."""
+        ti = context.get("ti") if isinstance(context, dict) else None
+        started = getattr(ti, "start_date", None)
+        return started if isinstance(started, datetime) else self._created_at
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
         if event.get("status") != "success":

@@ -5,6 +5,7 @@ from airflow.sdk.exceptions import AirflowException, TaskDeferred
 
 from airflow_provider_backlog.sensors.metrics import BacklogFreshnessSensor, BacklogPhaseSensor
 from airflow_provider_backlog.triggers.metrics import JobExpectationTrigger
+from spark_jobs.metrics.lease import LeaseStore
 from tests.airflow_provider_backlog.conftest import CONN_ID, add_checkpoints
 
 
@@ -42,7 +43,10 @@ def test_a_deferrable_sensor_hands_the_wait_to_the_triggerer(connected):
         live_sensor(poke_interval=5, timeout=600).execute({})
     trigger = deferred.value.trigger
     assert isinstance(trigger, JobExpectationTrigger)
-    assert trigger.serialize()[1] == {
+    kwargs = trigger.serialize()[1]
+    since = datetime.fromisoformat(kwargs.pop("since"))
+    assert abs((datetime.now(UTC) - since).total_seconds()) < 60
+    assert kwargs == {
         "metrics_conn_id": CONN_ID,
         "job_name": "events",
         "expectation": {"phase": "live", "checkpoints": 2, "within_s": None},
@@ -83,3 +87,18 @@ def test_an_impossible_wait_is_refused_when_the_dag_is_parsed():
         ValueError, match=r"^phase 'caught-up' must be one of \['live', 'backlog'\]"
     ):
         BacklogPhaseSensor(task_id="x", job_name="events", phase="caught-up")
+
+
+def test_a_run_that_ended_while_awaited_fails_the_sensor_but_an_earlier_one_does_not(connected):
+    store = LeaseStore(connected)
+    try:
+        store.release(store.acquire("events", "file:///ck", "run-1", 30))
+        sensor = live_sensor(deferrable=False)  # began after run-1 ended: a relaunch is due
+        assert not sensor.poke({})
+        store.release(store.acquire("events", "file:///ck", "run-2", 30))
+        with pytest.raises(AirflowException) as raised:
+            sensor.poke({})
+        assert str(raised.value).startswith("the run run-2 of job 'events' ended at ")
+        assert str(raised.value).endswith(" while it was awaited")
+    finally:
+        store.close()

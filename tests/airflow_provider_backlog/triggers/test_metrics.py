@@ -4,13 +4,15 @@ from datetime import UTC, datetime, timedelta
 from airflow.sdk.module_loading import import_string
 
 from airflow_provider_backlog.triggers.metrics import JobExpectationTrigger
+from spark_jobs.metrics.lease import LeaseStore
 from tests.airflow_provider_backlog.conftest import CONN_ID, add_checkpoints, use_connection
 
 LIVE_TWICE = {"phase": "live", "checkpoints": 2, "within_s": None}
+SINCE = "2026-11-21T12:00:00+00:00"
 
 
 def test_the_trigger_survives_serialization():
-    trigger = JobExpectationTrigger(CONN_ID, "events", LIVE_TWICE, 0.5)
+    trigger = JobExpectationTrigger(CONN_ID, "events", LIVE_TWICE, 0.5, SINCE)
     classpath, kwargs = trigger.serialize()
     assert classpath == "airflow_provider_backlog.triggers.metrics.JobExpectationTrigger"
     assert kwargs == {
@@ -18,6 +20,7 @@ def test_the_trigger_survives_serialization():
         "job_name": "events",
         "expectation": LIVE_TWICE,
         "poll_interval_s": 0.5,
+        "since": SINCE,
     }
     assert import_string(classpath)(**kwargs).serialize() == (classpath, kwargs)
 
@@ -25,7 +28,7 @@ def test_the_trigger_survives_serialization():
 def test_the_trigger_fires_once_the_job_has_been_live_long_enough(connected):
     start = datetime.now(UTC) - timedelta(seconds=30)
     add_checkpoints(connected, "events", "run-1", start, "bbl")
-    trigger = JobExpectationTrigger(CONN_ID, "events", LIVE_TWICE, 0.05)
+    trigger = JobExpectationTrigger(CONN_ID, "events", LIVE_TWICE, 0.05, SINCE)
 
     async def scenario():
         waiting = asyncio.ensure_future(anext(trigger.run()))
@@ -51,10 +54,23 @@ def test_the_trigger_fires_once_the_job_has_been_live_long_enough(connected):
 
 def test_an_unreachable_database_is_an_error_event_naming_it(monkeypatch):
     use_connection(monkeypatch, extra={"url": "postgresql://metrics@127.0.0.1:1/metrics"})
-    trigger = JobExpectationTrigger(CONN_ID, "events", LIVE_TWICE, 0.05)
+    trigger = JobExpectationTrigger(CONN_ID, "events", LIVE_TWICE, 0.05, SINCE)
     event = asyncio.run(asyncio.wait_for(anext(trigger.run()), 30))
     assert event.payload["status"] == "error"
     assert event.payload["message"].startswith(
         "cannot read the metrics of job 'events' through connection 'metrics_test': "
     )
     assert "127.0.0.1" in event.payload["message"]
+
+
+def test_a_driver_that_died_ends_the_wait_with_an_error_naming_it(connected):
+    store = LeaseStore(connected)
+    store.acquire("events", "file:///ck", "run-1", 0.3)  # and its driver dies
+    store.close()
+    trigger = JobExpectationTrigger(CONN_ID, "events", LIVE_TWICE, 0.05, SINCE)
+    event = asyncio.run(asyncio.wait_for(anext(trigger.run()), 10))
+    assert event.payload["status"] == "error"
+    assert event.payload["message"].startswith(
+        "the driver of job 'events' (run run-1) stopped renewing its lease, which expired at "
+    )
+    assert event.payload["message"].endswith(": it has died")
