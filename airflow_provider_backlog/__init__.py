@@ -43,7 +43,7 @@ def get_provider_info() -> dict[str, Any]:
         "operators": [
             {
                 "integration-name": "Backlog-aware streaming",
-                "python-modules": ["airflow_provider_backlog.operators.reconfigure"],
+                "python-modules": ["airflow_provider_backlog.operators.control"],
             }
         ],
         "sensors": [

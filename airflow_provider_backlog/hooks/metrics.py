@@ -184,22 +184,24 @@ class BacklogMetricsHook(DbApiHook):
             streak=streak,
         )
 
-    def request_reconfiguration(self, job_name: str, settings: dict[str, str]) -> int:
-        """Ask the running job to change settings; returns the request's id."""
+    def request(self, job_name: str, action: str, settings: dict[str, str] | None = None) -> int:
+        """Ask the running job to ``reconfigure`` (with ``settings``) or ``stop``; returns the
+        request's id."""
         with self.engine.begin() as connection:
             create_tables(connection)
             result = connection.execute(
                 backlog_control.insert().values(
                     job_name=job_name,
                     requested_at=datetime.now(UTC),
-                    settings=json.dumps(settings, sort_keys=True),
+                    action=action,
+                    settings=json.dumps(settings or {}, sort_keys=True),
                     status=PENDING,
                 )
             )
             (request_id,) = result.inserted_primary_key
         return int(request_id)
 
-    def reconfiguration_answer(
+    def answer(
         self, request_id: int, wait_s: float = 0.0, poll_s: float = 1.0
     ) -> tuple[str, str | None]:
         """The request's status (``pending``, ``applied``, ``rejected``) and the job's answer,
@@ -241,3 +243,19 @@ class BacklogMetricsHook(DbApiHook):
                 f"{released_at.isoformat()} while it was awaited"
             )
         return None
+
+    def run_released(self, job_name: str, run_id: str | None, wait_s: float, poll_s: float) -> bool:
+        """Whether the job's run (the latest, when ``run_id`` is None) has let go of its
+        lease, that is ended cleanly, waiting up to ``wait_s``."""
+        table = backlog_leases
+        query = sa.select(table.c.released_at).where(table.c.job_name == job_name)
+        if run_id is not None:
+            query = query.where(table.c.run_id == run_id)
+        query = query.order_by(table.c.acquired_at.desc()).limit(1)
+        deadline = time.monotonic() + wait_s
+        while True:
+            with self.engine.connect() as connection:
+                released = connection.execute(query).scalar_one_or_none()
+            if released is not None or time.monotonic() >= deadline:
+                return released is not None
+            time.sleep(poll_s)

@@ -1,9 +1,10 @@
-"""Answering reconfiguration requests while the job runs.
+"""Answering requests to the running job: reconfigure, or stop.
 
 Airflow writes a ``pending`` row to ``backlog_control``; this poller, in the driver, reads
-it, validates the new settings exactly as at startup, applies them through the coordinator
-and answers ``applied`` (with the settings now in force) or ``rejected`` (with the reason),
-so the operator that asked can report it. The job keeps running either way.
+it. New settings are validated exactly as at startup and applied through the coordinator;
+the answer is ``applied`` (with the settings now in force) or ``rejected`` (with the
+reason), so the operator that asked can report it, and the job keeps running either way.
+A stop is answered, then the run ends after its next committed checkpoint.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from spark_jobs.metrics.schema import (
     APPLIED,
     PENDING,
     REJECTED,
+    STOP,
     backlog_control,
     create_tables,
     make_engine,
@@ -48,11 +50,13 @@ class ControlPoller:
         config: BacklogConfig,
         conf: Mapping[str, str],
         reconfigure: Callable[[BacklogConfig], object],
+        stop: Callable[[], object],
         every_s: float = 1.0,
     ):
         self._config = config
         self._conf = dict(conf)
         self._reconfigure = reconfigure
+        self._stop_run = stop
         self._every_s = every_s
         self._engine = make_engine(config.metrics_url)
         self._stop = threading.Event()
@@ -80,12 +84,12 @@ class ControlPoller:
         with self._engine.begin() as connection:
             create_tables(connection)
             pending = connection.execute(
-                sa.select(table.c.id, table.c.settings)
+                sa.select(table.c.id, table.c.action, table.c.settings)
                 .where(table.c.job_name == self._config.job_name, table.c.status == PENDING)
                 .order_by(table.c.id)
             ).all()
-        for request_id, text in pending:
-            status, answer = self._answer(text)
+        for request_id, action, text in pending:
+            status, answer = self._answer_stop() if action == STOP else self._answer(text)
             with self._engine.begin() as connection:
                 connection.execute(
                     table.update()
@@ -99,6 +103,10 @@ class ControlPoller:
                 )
             logger.info("reconfiguration request %s %s: %s", request_id, status, answer)
         return len(pending)
+
+    def _answer_stop(self) -> tuple[str, str]:
+        self._stop_run()
+        return APPLIED, f"run {self._config.run_id} stops after its next committed checkpoint"
 
     def _answer(self, text: str) -> tuple[str, str]:
         try:

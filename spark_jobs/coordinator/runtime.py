@@ -191,7 +191,9 @@ class BacklogRuntime:
         )
         self._listener = ProgressListener(self.config.job_name, self.coordinator.on_progress)
         self.spark.streams.addListener(self._listener)
-        self._control = ControlPoller(self.config, self._conf, self.coordinator.reconfigure)
+        self._control = ControlPoller(
+            self.config, self._conf, self.coordinator.reconfigure, self.stop
+        )
         self._control.start()
         return self.coordinator
 

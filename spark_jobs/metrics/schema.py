@@ -69,16 +69,18 @@ backlog_transitions = Table(
 )
 
 
-#: Requests to change a running job's settings, and the job's answers. Airflow inserts a
-#: ``pending`` row; the job's coordinator validates it, applies it or not, and sets
-#: ``status`` to ``applied`` or ``rejected`` with its message in ``answer``.
+#: Requests to a running job, and its answers: ``reconfigure`` (new settings) or ``stop``
+#: (a graceful stop after the next committed checkpoint). Airflow inserts a ``pending``
+#: row; the job's coordinator acts on it or not, and sets ``status`` to ``applied`` or
+#: ``rejected`` with its message in ``answer``.
 backlog_control = Table(
     "backlog_control",
     metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("job_name", String(200), nullable=False),
     Column("requested_at", DateTime(timezone=True), nullable=False),
-    # JSON object: Spark conf key -> value, as on the command line.
+    Column("action", String(20), nullable=False),
+    # For reconfigure, a JSON object: Spark conf key -> value, as on the command line.
     Column("settings", Text, nullable=False),
     Column("status", String(20), nullable=False),
     Column("answer", Text, nullable=True),
@@ -87,6 +89,7 @@ backlog_control = Table(
     Index("ix_backlog_control_job_status", "job_name", "status"),
 )
 PENDING, APPLIED, REJECTED = "pending", "applied", "rejected"
+RECONFIGURE, STOP = "reconfigure", "stop"
 
 #: One live driver per job and checkpoint location: the driver holds this row and renews
 #: it; a second driver is refused while it is held, and takes over once it has expired

@@ -1,6 +1,6 @@
 """Airflow's reconfigure operator against a running Spark job: new intervals are applied
 without a restart, and an invalid request is refused with the job's reason while the job
-keeps running; a second driver on its checkpoint is refused."""
+keeps running; a second driver on its checkpoint is refused; a stop ends it cleanly."""
 
 import json
 from datetime import timedelta
@@ -8,7 +8,10 @@ from datetime import timedelta
 import pytest
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_provider_backlog.operators.reconfigure import BacklogReconfigureOperator
+from airflow_provider_backlog.operators.control import (
+    BacklogReconfigureOperator,
+    BacklogStopOperator,
+)
 from tests.integration.jobs import (
     JobDirs,
     backlog_then_live,
@@ -45,7 +48,7 @@ def test_a_running_job_takes_new_intervals_and_refuses_invalid_ones(tmp_path, mo
         json.dumps({"conn_type": "backlog_metrics", "host": str(dirs.metrics_dir / "metrics.db")}),
     )
     try:
-        job = console_job(dirs, conf, "--stop-when-idle", "5s", "--timeout", "240s")
+        job = console_job(dirs, conf, "--timeout", "240s")
         wait_for(lambda: len(live_intervals_ms(dirs)) >= 2, "2 live checkpoints", 180, job)
         before = len(checkpoints(dirs))
 
@@ -66,12 +69,21 @@ def test_a_running_job_takes_new_intervals_and_refuses_invalid_ones(tmp_path, mo
         # A second driver on the same checkpoint is refused while the first one lives.
         second = console_job(dirs, conf)
         assert second.wait(120) == 2
-        assert "job 'reconfigured' at checkpoint file://" in log_of(
-            second
-        ) and "is already run by" in log_of(second)
+        refusal = log_of(second)
+        assert "job 'reconfigured' at checkpoint file://" in refusal
+        assert "is already run by" in refusal
+
+        # Stopped from Airflow while data still arrives: after a commit, cleanly.
+        stop = BacklogStopOperator(
+            task_id="stop",
+            job_name="reconfigured",
+            metrics_conn_id="job_metrics",
+            poll_interval_s=0.2,
+        )
+        assert stop.execute({}).endswith("stops after its next committed checkpoint")
+        finish(job, 60)
     finally:
         producer.stop()
-    finish(job, 120)
 
     rows = checkpoints(dirs)
     assert len({r["run_id"] for r in rows}) == 1, "the job was restarted"

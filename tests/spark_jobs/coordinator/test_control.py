@@ -20,14 +20,18 @@ CONF = {
 }
 
 
-def request(url: str, job: str, settings: object) -> int:
+def request(url: str, job: str, settings: object, action: str = "reconfigure") -> int:
     engine = make_engine(url)
     with engine.begin() as connection:
         create_tables(connection)
         text = settings if isinstance(settings, str) else json.dumps(settings)
         result = connection.execute(
             backlog_control.insert().values(
-                job_name=job, requested_at=datetime.now(UTC), settings=text, status="pending"
+                job_name=job,
+                requested_at=datetime.now(UTC),
+                action=action,
+                settings=text,
+                status="pending",
             )
         )
     engine.dispose()
@@ -60,14 +64,18 @@ def test_requests_are_validated_applied_or_rejected_and_answered(tmp_path):
         config, SourceGatedApplier(channel, config), writer, clock=clock
     )
     coordinator.start()
-    poller = ControlPoller(config, conf, coordinator.reconfigure)
+    stopped = []
+    poller = ControlPoller(config, conf, coordinator.reconfigure, lambda: stopped.append(True))
 
     good = request(url, "events", {"spark.backlog.checkpointing.interval": "5s"})
     too_long = request(url, "events", {"spark.backlog.checkpointing.interval": "5min"})
     restart_only = request(url, "events", {"spark.backlog.checkpointing.min-pause": "1s"})
     not_json = request(url, "events", "interval=5s")
     other_job = request(url, "orders", {"spark.backlog.checkpointing.interval": "1s"})
-    assert poller.poll_once() == 4
+    stop = request(url, "events", {}, action="stop")
+    assert stopped == []
+    assert poller.poll_once() == 5
+    assert stopped == [True]
     assert poller.poll_once() == 0  # each request is answered once
     poller.close()
     writer.close()
@@ -107,4 +115,5 @@ def test_requests_are_validated_applied_or_rejected_and_answered(tmp_path):
             "run-7",
         ),
         (other_job, "pending", None, None),
+        (stop, "applied", "run run-7 stops after its next committed checkpoint", "run-7"),
     ]

@@ -3,11 +3,15 @@ from datetime import timedelta
 import pytest
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_provider_backlog.operators.reconfigure import BacklogReconfigureOperator
+from airflow_provider_backlog.operators.control import (
+    BacklogReconfigureOperator,
+    BacklogStopOperator,
+)
 from spark_jobs.backlog.config import BacklogConfig
 from spark_jobs.coordinator.appliers import SourceGatedApplier
 from spark_jobs.coordinator.control import ControlPoller
 from spark_jobs.coordinator.coordinator import BacklogCoordinator
+from spark_jobs.metrics.lease import LeaseStore
 from spark_jobs.metrics.writer import MetricsWriter
 from spark_jobs.sources.gate import PlanChannel
 from tests.airflow_provider_backlog.conftest import CONN_ID
@@ -29,10 +33,16 @@ def running_job(connected, tmp_path):
         config, SourceGatedApplier(PlanChannel(tmp_path / "channel"), config), writer
     )
     coordinator.start()
-    poller = ControlPoller(config, conf, coordinator.reconfigure, every_s=0.1)
+    leases = LeaseStore(connected)
+    lease = leases.acquire("events", "file:///checkpoint", "run-1", 30)
+    # As the runtime does: a stop ends the run, which lets go of its lease.
+    poller = ControlPoller(
+        config, conf, coordinator.reconfigure, lambda: leases.release(lease), every_s=0.1
+    )
     poller.start()
     yield coordinator
     poller.close()
+    leases.close()
     writer.close()
 
 
@@ -73,11 +83,18 @@ def test_no_running_job_fails_the_task_after_the_answer_timeout(connected):
     with pytest.raises(AirflowException) as raised:
         reconfigure(interval="5s", answer_timeout=timedelta(seconds=0.5)).execute({})
     assert str(raised.value) == (
-        "job 'events' did not answer reconfiguration request 1 within 0:00:00.500000: "
-        "is it running?"
+        "job 'events' did not answer reconfigure request 1 within 0:00:00.500000: is it running?"
     )
 
 
 def test_nothing_to_change_is_refused_when_the_dag_is_parsed():
     with pytest.raises(ValueError, match=r"^set interval, interval_during_backlog, or both$"):
         BacklogReconfigureOperator(task_id="x", job_name="events")
+
+
+def test_a_stop_is_answered_and_waits_until_the_run_has_ended(running_job, connected):
+    stop = BacklogStopOperator(
+        task_id="stop", job_name="events", metrics_conn_id=CONN_ID, poll_interval_s=0.1
+    )
+    assert stop.execute({}) == "run run-1 stops after its next committed checkpoint"
+    assert LeaseStore(connected).get("events", "file:///checkpoint").released_at is not None
