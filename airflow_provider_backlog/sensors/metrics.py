@@ -4,6 +4,7 @@ worker slot is held; ``deferrable=False`` pokes instead (use ``mode="reschedule"
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -64,11 +65,7 @@ class _JobSensor(BaseSensorOperator):
             trigger=JobExpectationTrigger(
                 self.metrics_conn_id,
                 self.job_name,
-                {
-                    "phase": self.expectation.phase,
-                    "checkpoints": self.expectation.checkpoints,
-                    "within_s": self.expectation.within_s,
-                },
+                asdict(self.expectation),
                 self.poke_interval,
                 self._since(context).isoformat(),
             ),
@@ -77,7 +74,8 @@ class _JobSensor(BaseSensorOperator):
         )
 
     def _since(self, context: Any) -> datetime:
-        """When this wait began: the task instance's start, or now outside a task."""
+        """When this wait began: the task instance's start (outside a task, which only tests
+        do, when the sensor was created)."""
         ti = context.get("ti") if isinstance(context, dict) else None
         started = getattr(ti, "start_date", None)
         return started if isinstance(started, datetime) else self._created_at
