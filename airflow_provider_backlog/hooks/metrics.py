@@ -164,7 +164,9 @@ class BacklogMetricsHook(DbApiHook):
             .order_by(table.c.committed_at.desc(), table.c.id.desc())
             .limit(min(max(checkpoints, 1), MAX_STREAK))
         )
-        with self.engine.connect() as connection:
+        with self.engine.begin() as connection:
+            # A sensor may start before the job has created the tables.
+            create_tables(connection)
             rows = connection.execute(query).all()
         if not rows:
             return None

@@ -148,3 +148,8 @@ def test_impossible_expectations_are_refused_by_name(fields, message):
     with pytest.raises(ValueError) as raised:
         Expectation(**fields)
     assert str(raised.value) == message
+
+
+def test_a_database_the_job_has_not_written_yet_has_no_snapshot(monkeypatch, tmp_path):
+    use_connection(monkeypatch, host=str(tmp_path / "not-yet" / "metrics.db"))
+    assert BacklogMetricsHook(CONN_ID).job_snapshot("events") is None
