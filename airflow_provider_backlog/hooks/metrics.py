@@ -138,7 +138,12 @@ class BacklogMetricsHook(DbApiHook):
 
     @cached_property
     def engine(self) -> Engine:
-        return make_engine(self.sqlalchemy_url.render_as_string(hide_password=False))
+        """The engine, with the tables created where missing (as the job does), so a sensor
+        that starts before the job has written anything reads "no checkpoint yet"."""
+        engine = make_engine(self.sqlalchemy_url.render_as_string(hide_password=False))
+        with engine.begin() as connection:
+            create_tables(connection)
+        return engine
 
     def get_uri(self) -> str:
         return self.sqlalchemy_url.render_as_string(hide_password=False)
@@ -164,9 +169,7 @@ class BacklogMetricsHook(DbApiHook):
             .order_by(table.c.committed_at.desc(), table.c.id.desc())
             .limit(min(max(checkpoints, 1), MAX_STREAK))
         )
-        with self.engine.begin() as connection:
-            # A sensor may start before the job has created the tables.
-            create_tables(connection)
+        with self.engine.connect() as connection:
             rows = connection.execute(query).all()
         if not rows:
             return None
@@ -190,7 +193,6 @@ class BacklogMetricsHook(DbApiHook):
         """Ask the running job to ``reconfigure`` (with ``settings``) or ``stop``; returns the
         request's id."""
         with self.engine.begin() as connection:
-            create_tables(connection)
             result = connection.execute(
                 backlog_control.insert().values(
                     job_name=job_name,
@@ -222,8 +224,7 @@ class BacklogMetricsHook(DbApiHook):
         """Why waiting for the job is pointless, or None: its driver died (its lease
         expired without being released), or its run ended after ``since``."""
         table = backlog_leases
-        with self.engine.begin() as connection:
-            create_tables(connection)
+        with self.engine.connect() as connection:
             lease = connection.execute(
                 sa.select(table.c.run_id, table.c.expires_at, table.c.released_at)
                 .where(table.c.job_name == job_name)

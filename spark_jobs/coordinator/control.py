@@ -59,6 +59,7 @@ class ControlPoller:
         self._stop_run = stop
         self._every_s = every_s
         self._engine = make_engine(config.metrics_url)
+        self._tables_ready = False
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="backlog-control", daemon=True)
 
@@ -82,7 +83,9 @@ class ControlPoller:
         """Answer every pending request of this job, oldest first; returns how many."""
         table = backlog_control
         with self._engine.begin() as connection:
-            create_tables(connection)
+            if not self._tables_ready:  # once, not at every poll
+                create_tables(connection)
+                self._tables_ready = True
             pending = connection.execute(
                 sa.select(table.c.id, table.c.action, table.c.settings)
                 .where(table.c.job_name == self._config.job_name, table.c.status == PENDING)
