@@ -18,11 +18,15 @@ from typing import Any, Literal
 
 import sqlalchemy as sa
 from airflow.providers.common.sql.hooks.sql import DbApiHook
+from airflow.sdk.exceptions import AirflowException
 from sqlalchemy.engine import URL, Engine, make_url
 
 from airflow_provider_backlog import METRICS_CONN_TYPE
 from spark_jobs.metrics.schema import (
+    APPLIED,
     PENDING,
+    STOP,
+    WITHDRAWN,
     as_utc,
     backlog_checkpoints,
     backlog_control,
@@ -105,8 +109,39 @@ class Expectation:
         return " and ".join(parts)
 
 
+@dataclass(frozen=True)
+class LiveRun:
+    """The run that holds a job's lease: its driver renews it and has not let go."""
+
+    job_name: str
+    run_id: str
+    checkpoint_location: str
+    expires_at: datetime
+    spark_ui_url: str | None
+
+    def describe(self) -> str:
+        ui = f", Spark UI {self.spark_ui_url}" if self.spark_ui_url else ""
+        return (
+            f"run {self.run_id} of job {self.job_name!r} at {self.checkpoint_location} "
+            f"(lease renewed until {self.expires_at.isoformat()}{ui})"
+        )
+
+
+@dataclass(frozen=True)
+class RunStart:
+    """A run that has taken its lease and committed its first checkpoint."""
+
+    run_id: str
+    first_committed_at: datetime
+    spark_ui_url: str | None
+
+
 class MetricsConnectionError(ValueError):
     """A metrics connection that names no database; the message says what to set."""
+
+
+class JobRequestError(AirflowException):
+    """The job rejected a request, or no run of it answered in time."""
 
 
 class BacklogMetricsHook(DbApiHook):
@@ -189,9 +224,49 @@ class BacklogMetricsHook(DbApiHook):
             streak=streak,
         )
 
-    def request(self, job_name: str, action: str, settings: dict[str, str] | None = None) -> int:
-        """Ask the running job to ``reconfigure`` (with ``settings``) or ``stop``; returns the
-        request's id."""
+    def ask(
+        self,
+        job_name: str,
+        action: str,
+        settings: dict[str, str] | None = None,
+        *,
+        timeout_s: float,
+        poll_s: float = 1.0,
+    ) -> str:
+        """Ask the running job to ``reconfigure`` (with ``settings``) or ``stop`` and return
+        its answer. Raises JobRequestError when it rejects the request, or when no run
+        answers within ``timeout_s``; the request is then withdrawn, so that a run started
+        later does not act on it."""
+        request_id = self._request(job_name, action, settings)
+        self.log.info(
+            "asked job %s to %s %s (request %s)", job_name, action, settings or "", request_id
+        )
+        status, answer = self._await_answer(request_id, timeout_s, poll_s)
+        if status == PENDING and self._withdraw(request_id):
+            raise JobRequestError(
+                f"job {job_name!r} did not answer {action} request {request_id} within "
+                f"{timeout_s:g} s: is it running?"
+            )
+        if status == PENDING:  # answered just before it could be withdrawn
+            status, answer = self._await_answer(request_id, 0.0, poll_s)
+        if status != APPLIED:
+            raise JobRequestError(f"job {job_name!r} rejected {settings or action}: {answer}")
+        return answer or ""
+
+    def stop(
+        self, job_name: str, *, answer_timeout_s: float, stop_timeout_s: float, poll_s: float = 1.0
+    ) -> str:
+        """Stop the running job after its next committed checkpoint and wait until its
+        driver has let go of its lease; returns the job's answer."""
+        answer = self.ask(job_name, STOP, timeout_s=answer_timeout_s, poll_s=poll_s)
+        if not self.run_released(job_name, None, stop_timeout_s, poll_s):
+            raise JobRequestError(
+                f"job {job_name!r} agreed to stop but its driver still runs after "
+                f"{stop_timeout_s:g} s"
+            )
+        return answer
+
+    def _request(self, job_name: str, action: str, settings: dict[str, str] | None) -> int:
         with self.engine.begin() as connection:
             result = connection.execute(
                 backlog_control.insert().values(
@@ -205,11 +280,10 @@ class BacklogMetricsHook(DbApiHook):
             (request_id,) = result.inserted_primary_key
         return int(request_id)
 
-    def answer(
-        self, request_id: int, wait_s: float = 0.0, poll_s: float = 1.0
+    def _await_answer(
+        self, request_id: int, wait_s: float, poll_s: float
     ) -> tuple[str, str | None]:
-        """The request's status (``pending``, ``applied``, ``rejected``) and the job's answer,
-        waiting up to ``wait_s`` for the job to answer."""
+        """The request's status and the job's answer, waiting up to ``wait_s`` for one."""
         table = backlog_control
         query = sa.select(table.c.status, table.c.answer).where(table.c.id == request_id)
         deadline = time.monotonic() + wait_s
@@ -219,6 +293,53 @@ class BacklogMetricsHook(DbApiHook):
             if status != PENDING or time.monotonic() >= deadline:
                 return status, answer
             time.sleep(poll_s)
+
+    def _withdraw(self, request_id: int) -> bool:
+        """Take back a request no run has answered; False if one answered meanwhile."""
+        table = backlog_control
+        with self.engine.begin() as connection:
+            result = connection.execute(
+                table.update()
+                .where(table.c.id == request_id, table.c.status == PENDING)
+                .values(status=WITHDRAWN, answered_at=datetime.now(UTC))
+            )
+        return result.rowcount == 1
+
+    def live_run(self, job_name: str, now: datetime) -> LiveRun | None:
+        """The run whose driver holds a lease of this job and renews it, if any."""
+        table = backlog_leases
+        with self.engine.connect() as connection:
+            rows = connection.execute(
+                sa.select(table).where(table.c.job_name == job_name, table.c.released_at.is_(None))
+            ).all()
+        for row in rows:
+            expires_at = as_utc(row.expires_at)
+            assert expires_at is not None
+            if expires_at > now:
+                return LiveRun(
+                    job_name, row.run_id, row.checkpoint_location, expires_at, row.spark_ui_url
+                )
+        return None
+
+    def run_start(self, job_name: str, run_id: str) -> RunStart | None:
+        """The run's first committed checkpoint and its Spark UI; None until both exist."""
+        checkpoints, leases = backlog_checkpoints, backlog_leases
+        with self.engine.connect() as connection:
+            first = connection.execute(
+                sa.select(sa.func.min(checkpoints.c.committed_at)).where(
+                    checkpoints.c.job_name == job_name, checkpoints.c.run_id == run_id
+                )
+            ).scalar_one_or_none()
+            ui = connection.execute(
+                sa.select(leases.c.spark_ui_url).where(
+                    leases.c.job_name == job_name, leases.c.run_id == run_id
+                )
+            ).first()
+        if first is None or ui is None:
+            return None
+        committed = as_utc(first)
+        assert committed is not None
+        return RunStart(run_id, committed, ui.spark_ui_url)
 
     def run_stopped(self, job_name: str, since: datetime, now: datetime) -> str | None:
         """Why waiting for the job is pointless, or None: its driver died (its lease

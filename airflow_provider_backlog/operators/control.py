@@ -7,13 +7,10 @@ from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowException
 
 from airflow_provider_backlog.hooks.metrics import BacklogMetricsHook
-from spark_jobs.metrics.schema import APPLIED, PENDING, RECONFIGURE, STOP
-
-INTERVAL = "spark.backlog.checkpointing.interval"
-INTERVAL_DURING_BACKLOG = "spark.backlog.checkpointing.interval-during-backlog"
+from spark_jobs.backlog.config import INTERVAL, INTERVAL_DURING_BACKLOG
+from spark_jobs.metrics.schema import RECONFIGURE
 
 
 class _JobRequestOperator(BaseOperator):
@@ -37,27 +34,6 @@ class _JobRequestOperator(BaseOperator):
     @property
     def hook(self) -> BacklogMetricsHook:
         return BacklogMetricsHook(self.metrics_conn_id)
-
-    def ask(self, action: str, settings: dict[str, str] | None = None) -> str:
-        """Send the request and return the job's answer; fail the task on a rejection, or
-        if no running job answers within ``answer_timeout``."""
-        hook = self.hook
-        request_id = hook.request(self.job_name, action, settings)
-        self.log.info(
-            "asked job %s to %s %s (request %s)", self.job_name, action, settings or "", request_id
-        )
-        status, answer = hook.answer(
-            request_id, self.answer_timeout.total_seconds(), self.poll_interval_s
-        )
-        if status == PENDING:
-            raise AirflowException(
-                f"job {self.job_name!r} did not answer {action} request {request_id} within "
-                f"{self.answer_timeout}: is it running?"
-            )
-        if status != APPLIED:
-            raise AirflowException(f"job {self.job_name!r} rejected {settings}: {answer}")
-        self.log.info("job %s: %s", self.job_name, answer)
-        return answer or ""
 
 
 class BacklogReconfigureOperator(_JobRequestOperator):
@@ -90,7 +66,15 @@ class BacklogReconfigureOperator(_JobRequestOperator):
             (INTERVAL, self.interval),
             (INTERVAL_DURING_BACKLOG, self.interval_during_backlog),
         )
-        return self.ask(RECONFIGURE, {key: value for key, value in wanted if value is not None})
+        answer = self.hook.ask(
+            self.job_name,
+            RECONFIGURE,
+            {key: value for key, value in wanted if value is not None},
+            timeout_s=self.answer_timeout.total_seconds(),
+            poll_s=self.poll_interval_s,
+        )
+        self.log.info("job %s: %s", self.job_name, answer)
+        return answer
 
 
 class BacklogStopOperator(_JobRequestOperator):
@@ -103,12 +87,9 @@ class BacklogStopOperator(_JobRequestOperator):
         self.stop_timeout = stop_timeout
 
     def execute(self, context: Any) -> str:
-        answer = self.ask(STOP)
-        if not self.hook.run_released(
-            self.job_name, None, self.stop_timeout.total_seconds(), self.poll_interval_s
-        ):
-            raise AirflowException(
-                f"job {self.job_name!r} agreed to stop but its driver still runs after "
-                f"{self.stop_timeout}"
-            )
-        return answer
+        return self.hook.stop(
+            self.job_name,
+            answer_timeout_s=self.answer_timeout.total_seconds(),
+            stop_timeout_s=self.stop_timeout.total_seconds(),
+            poll_s=self.poll_interval_s,
+        )

@@ -89,6 +89,9 @@ backlog_control = Table(
     Index("ix_backlog_control_job_status", "job_name", "status"),
 )
 PENDING, APPLIED, REJECTED = "pending", "applied", "rejected"
+#: A request no run answered in time, taken back by whoever asked, so that a run started
+#: later does not act on it.
+WITHDRAWN = "withdrawn"
 RECONFIGURE, STOP = "reconfigure", "stop"
 
 #: One live driver per job and checkpoint location: the driver holds this row and renews
