@@ -37,13 +37,19 @@ def get_provider_info() -> dict[str, Any]:
         "hooks": [
             {
                 "integration-name": "Backlog-aware streaming",
-                "python-modules": ["airflow_provider_backlog.hooks.metrics"],
+                "python-modules": [
+                    "airflow_provider_backlog.hooks.metrics",
+                    "airflow_provider_backlog.hooks.submit",
+                ],
             }
         ],
         "operators": [
             {
                 "integration-name": "Backlog-aware streaming",
-                "python-modules": ["airflow_provider_backlog.operators.control"],
+                "python-modules": [
+                    "airflow_provider_backlog.operators.control",
+                    "airflow_provider_backlog.operators.launch",
+                ],
             }
         ],
         "sensors": [
@@ -58,6 +64,7 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": ["airflow_provider_backlog.triggers.metrics"],
             }
         ],
+        "extra-links": ["airflow_provider_backlog.links.spark_ui.SparkUILink"],
         "connection-types": [
             {
                 "hook-class-name": "airflow_provider_backlog.hooks.metrics.BacklogMetricsHook",

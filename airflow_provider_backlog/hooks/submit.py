@@ -1,0 +1,261 @@
+"""Launching a phased job with spark-submit, through the Spark provider's ``SparkSubmitHook``.
+
+The Spark connection says where the job runs (master, deploy mode, spark-submit binary); a
+``PhaseProfile`` says how: its checkpoint intervals and its resources. The driver runs in a
+process group of its own with its output in a file, because in client mode (local and
+standalone masters) the driver is the spark-submit process, and it must outlive a task
+that returns after the first checkpoint. Ending a driver ends its whole process tree (the
+JVM, the Python driver, Python workers), so nothing of it survives.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+from airflow.sdk.exceptions import AirflowException, AirflowNotFoundException
+
+from spark_jobs.backlog.config import (
+    INTERVAL,
+    INTERVAL_DURING_BACKLOG,
+    JOB_NAME,
+    METRICS_URL,
+    RUN_ID,
+    BacklogConfig,
+    ConfigError,
+)
+
+#: JVM memory sizes as spark-submit takes them: 512m, 4g, 1024k.
+_MEMORY = re.compile(r"^[1-9]\d*[kmgtp]?b?$", re.IGNORECASE)
+#: Keys the launch sets itself, per job and run.
+_LAUNCH_KEYS = (JOB_NAME, RUN_ID, METRICS_URL)
+
+
+@dataclass(frozen=True)
+class PhaseProfile:
+    """How a job runs in one phase: its checkpoint intervals (Spark durations such as
+    ``2s``, ``1min``; ``interval_during_backlog="0"`` checkpoints only as batches end) and
+    the resources spark-submit asks for, plus any other Spark conf.
+
+    Validated when the DAG is parsed, by the rules the job applies at startup.
+    """
+
+    interval: str
+    interval_during_backlog: str | None = None
+    num_executors: int | None = None
+    executor_cores: int | None = None
+    total_executor_cores: int | None = None
+    executor_memory: str | None = None
+    driver_memory: str | None = None
+    conf: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        problems = []
+        for name in ("num_executors", "executor_cores", "total_executor_cores"):
+            value = getattr(self, name)
+            if value is not None and (type(value) is not int or value < 1):
+                problems.append(f"{name} = {value!r}: expected a whole number of at least 1")
+        for name in ("executor_memory", "driver_memory"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, str) and _MEMORY.match(value)):
+                problems.append(
+                    f"{name} = {value!r}: expected a JVM memory size such as 512m or 4g"
+                )
+        for key in (INTERVAL, INTERVAL_DURING_BACKLOG):
+            if key in self.conf:
+                problems.append(f"conf {key!r}: set it as the profile's own field instead")
+        for key in _LAUNCH_KEYS:
+            if key in self.conf:
+                problems.append(f"conf {key!r}: the launch sets it, per job and run")
+        try:  # the job's own rules, with stand-ins for what the launch adds
+            BacklogConfig.from_spark_conf(self.spark_conf("profile", "check", "sqlite://"))
+        except ConfigError as error:
+            problems += error.problems
+        if problems:
+            raise ValueError("invalid phase profile:\n  " + "\n  ".join(problems))
+
+    def spark_conf(self, job_name: str, run_id: str, metrics_url: str) -> dict[str, str]:
+        """The Spark conf of one run of ``job_name`` in this profile."""
+        conf = {str(key): str(value) for key, value in self.conf.items()}
+        conf[INTERVAL] = self.interval
+        if self.interval_during_backlog is not None:
+            conf[INTERVAL_DURING_BACKLOG] = self.interval_during_backlog
+        conf.update({JOB_NAME: job_name, RUN_ID: run_id, METRICS_URL: metrics_url})
+        return conf
+
+    def resources(self) -> dict[str, Any]:
+        """The spark-submit resource options, as ``SparkSubmitHook`` takes them."""
+        names = (
+            "num_executors",
+            "executor_cores",
+            "total_executor_cores",
+            "executor_memory",
+            "driver_memory",
+        )
+        return {name: getattr(self, name) for name in names if getattr(self, name) is not None}
+
+    def describe(self) -> str:
+        parts = [f"interval={self.interval}"]
+        if self.interval_during_backlog is not None:
+            parts.append(f"interval-during-backlog={self.interval_during_backlog}")
+        parts += [f"{name.replace('_', '-')}={value}" for name, value in self.resources().items()]
+        return " ".join(parts)
+
+
+@dataclass
+class DriverProcess:
+    """A spark-submit started by ``BacklogSubmitHook.start``: its process and its log."""
+
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def exit_code(self) -> int | None:
+        """None while it runs."""
+        return self.process.poll()
+
+    def wait(self, timeout_s: float) -> int | None:
+        """The exit code once it has ended within ``timeout_s``, else None."""
+        try:
+            return self.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def log_tail(self, lines: int = 40) -> str:
+        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def tree(self) -> list[psutil.Process]:
+        """The driver and every process it started, while they run."""
+        try:
+            root = psutil.Process(self.pid)
+            return [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
+
+    def follow(self) -> Iterator[str]:
+        """The log's lines as they are written, until the driver has ended."""
+        with self.log_path.open(errors="replace") as log:
+            while True:
+                ended = self.exit_code is not None
+                line = log.readline()
+                while line:
+                    yield line.rstrip("\n")
+                    line = log.readline()
+                if ended:
+                    return
+                self.wait(0.5)
+
+
+class BacklogSubmitHook(SparkSubmitHook):
+    """``SparkSubmitHook`` for one run of a backlog-aware job in one ``PhaseProfile``.
+
+    Unlike the plain hook, it refuses a Spark connection that does not exist (the plain hook
+    silently submits to YARN then), finds spark-submit next to this interpreter when it is
+    not on PATH (a virtual environment that is not activated), and starts the driver in a
+    process group of its own so that it can run on after the task and be ended as a whole.
+    Client mode only, as on local and standalone masters.
+    """
+
+    def __init__(
+        self,
+        *,
+        job_name: str,
+        run_id: str,
+        profile: PhaseProfile,
+        metrics_url: str,
+        conn_id: str = "spark_default",
+        application_args: list[str] | None = None,
+        env_vars: dict[str, str] | None = None,
+        **kwargs: Any,
+    ):
+        try:
+            self.get_connection(conn_id)
+        except AirflowNotFoundException:
+            raise AirflowException(
+                f"Spark connection {conn_id!r} is not defined, and without it spark-submit "
+                "would submit to YARN: define it with the master as host, e.g. "
+                'AIRFLOW_CONN_SPARK_DEFAULT=\'{"conn_type": "spark", "host": "local[2]"}\' '
+                "or spark://master.example.com:7077"
+            ) from None
+        conf = profile.spark_conf(job_name, run_id, metrics_url)
+        BacklogConfig.from_spark_conf(conf)  # a templated job name is known only now
+        super().__init__(
+            conf=conf,
+            conn_id=conn_id,
+            name=job_name,
+            application_args=application_args,
+            env_vars=env_vars,
+            **profile.resources(),
+            **kwargs,
+        )
+        if self._connection["deploy_mode"] == "cluster":
+            raise AirflowException(
+                f"Spark connection {conn_id!r} asks for deploy mode 'cluster'; this launcher "
+                "runs the driver in client mode (local and standalone masters) only"
+            )
+
+    def _get_spark_binary_path(self) -> list[str]:
+        binary = self._connection["spark_binary"]
+        found = shutil.which(binary) or shutil.which(binary, path=os.path.dirname(sys.executable))
+        if found is None:
+            raise AirflowException(
+                f"{binary} is neither on PATH nor next to {sys.executable}: install pyspark "
+                "into the Airflow worker's environment, or put its bin directory on PATH"
+            )
+        return [found]
+
+    def start(self, application: str, log_path: Path) -> DriverProcess:
+        """Start spark-submit in its own process group, its output going to ``log_path``."""
+        command = self._build_spark_submit_command(application)
+        # Executors' Python workers need an interpreter with the job's code: this one,
+        # unless the deployment says otherwise.
+        env = {"PYSPARK_PYTHON": sys.executable, **os.environ, **(self._env or {})}
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with log_path.open("ab") as log:
+            process = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+        self.log.info("driver started (pid %s), its log: %s", process.pid, log_path)
+        return DriverProcess(process, log_path)
+
+    def end(self, driver: DriverProcess, timeout_s: float = 10.0) -> None:
+        """End the driver's whole process tree: SIGTERM, then SIGKILL for whatever is left
+        after ``timeout_s``."""
+        tree = driver.tree()
+        _signal(tree, psutil.Process.terminate)
+        # The spark-submit process is reaped through its Popen, the rest by psutil.
+        driver.wait(timeout_s)
+        _, alive = psutil.wait_procs(tree[1:], timeout=timeout_s)
+        if driver.exit_code is None:
+            alive.insert(0, tree[0])
+        if alive:
+            self.log.warning("killing what ignored SIGTERM: %s", alive)
+            _signal(alive, psutil.Process.kill)
+            driver.wait(timeout_s)
+            psutil.wait_procs(alive, timeout=timeout_s)
+
+
+def _signal(processes: list[psutil.Process], send: Any) -> None:
+    for process in processes:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            send(process)

@@ -1,0 +1,212 @@
+"""Launching a phased job, and launching it again with the next phase's profile."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.configuration import conf as airflow_conf
+from airflow.sdk.exceptions import AirflowException
+
+from airflow_provider_backlog.hooks.metrics import BacklogMetricsHook, JobRequestError, RunStart
+from airflow_provider_backlog.hooks.submit import BacklogSubmitHook, DriverProcess, PhaseProfile
+from airflow_provider_backlog.links.spark_ui import SPARK_UI_XCOM_KEY, SparkUILink
+from spark_jobs.metrics.schema import STOP
+
+
+def new_run_id(context: Any) -> str:
+    """Unique per launch, and telling which task and try launched it."""
+    suffix = uuid.uuid4().hex[:8]
+    ti = context.get("ti") if isinstance(context, dict) else None
+    return f"{ti.task_id}.{ti.try_number}.{suffix}" if ti is not None else suffix
+
+
+class BacklogLaunchOperator(BaseOperator):
+    """Launches ``application`` (a backlog-aware job, e.g. ``spark_jobs/jobs/events_pipeline.py``)
+    with spark-submit through the Spark provider's ``SparkSubmitHook`` and connection
+    ``spark_conn_id``, in the phase ``profile`` (checkpoint intervals and resources).
+
+    The run gets a new ``spark.backlog.run-id`` and the metrics database of
+    ``metrics_conn_id``. A launch is refused while a driver of ``job_name`` holds its lease
+    (the driver itself refuses a second one on its checkpoint too). The task waits for the
+    run's first committed checkpoint; then it returns while the job runs on
+    (``detach=True``: watch it with the sensors, end it with ``BacklogStopOperator``), or
+    follows the driver's log until the job ends (``detach=False``). Killing the task stops
+    the driver: after its next checkpoint if it gets there within ``kill_grace``, else by
+    ending its process tree. Returns the run's id, Spark UI and first checkpoint time.
+    """
+
+    template_fields = ("job_name", "application", "application_args", "env_vars")
+    operator_extra_links = (SparkUILink(),)
+    ui_color = "#e8f0fe"
+
+    def __init__(
+        self,
+        *,
+        job_name: str,
+        application: str,
+        profile: PhaseProfile,
+        application_args: list[str] | None = None,
+        spark_conn_id: str = "spark_default",
+        metrics_conn_id: str = BacklogMetricsHook.default_conn_name,
+        detach: bool = True,
+        startup_timeout: timedelta = timedelta(minutes=10),
+        kill_grace: timedelta = timedelta(seconds=30),
+        env_vars: dict[str, str] | None = None,
+        driver_log_dir: str | None = None,
+        poll_interval_s: float = 2.0,
+        **kwargs: Any,
+    ):
+        super().__init__(**kwargs)
+        if not isinstance(profile, PhaseProfile):
+            raise TypeError(f"profile must be a PhaseProfile, got {profile!r}")
+        self.job_name = job_name
+        self.application = application
+        self.profile = profile
+        self.application_args = application_args or []
+        self.spark_conn_id = spark_conn_id
+        self.metrics_conn_id = metrics_conn_id
+        self.detach = detach
+        self.startup_timeout = startup_timeout
+        self.kill_grace = kill_grace
+        self.env_vars = env_vars
+        self.driver_log_dir = driver_log_dir
+        self.poll_interval_s = poll_interval_s
+        self._driver: DriverProcess | None = None
+        self._submit: BacklogSubmitHook | None = None
+
+    @property
+    def metrics(self) -> BacklogMetricsHook:
+        return BacklogMetricsHook(self.metrics_conn_id)
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        running = self.metrics.live_run(self.job_name, datetime.now(UTC))
+        if running is not None:
+            raise AirflowException(
+                f"job {self.job_name!r} is already running: {running.describe()}. Stop it "
+                "first (BacklogStopOperator) or relaunch it (BacklogRelaunchOperator)"
+            )
+        run_id = new_run_id(context)
+        self._submit = BacklogSubmitHook(
+            job_name=self.job_name,
+            run_id=run_id,
+            profile=self.profile,
+            metrics_url=self.metrics.get_uri(),
+            conn_id=self.spark_conn_id,
+            application_args=[str(arg) for arg in self.application_args],
+            env_vars=self.env_vars,
+        )
+        self.log.info(
+            "launching run %s of job %s: %s", run_id, self.job_name, self.profile.describe()
+        )
+        self._driver = self._submit.start(self.application, self._log_dir() / f"{run_id}.log")
+        start = self._await_start(run_id, self._driver)
+        ti = context.get("ti") if isinstance(context, dict) else None
+        if ti is not None and start.spark_ui_url:
+            ti.xcom_push(key=SPARK_UI_XCOM_KEY, value=start.spark_ui_url)
+        self.log.info(
+            "run %s committed its first checkpoint at %s; Spark UI: %s",
+            run_id,
+            start.first_committed_at.isoformat(),
+            start.spark_ui_url or "disabled",
+        )
+        result = {
+            "job_name": self.job_name,
+            "run_id": run_id,
+            "spark_ui_url": start.spark_ui_url,
+            "first_committed_at": start.first_committed_at.isoformat(),
+            "profile": self.profile.describe(),
+            "driver_log": str(self._driver.log_path),
+        }
+        if self.detach:
+            self.log.info("job %s runs on; driver log: %s", self.job_name, self._driver.log_path)
+            return result
+        for line in self._driver.follow():
+            self.log.info("%s", line)
+        if self._driver.exit_code != 0:
+            raise AirflowException(
+                f"run {run_id} of job {self.job_name!r} failed (exit code "
+                f"{self._driver.exit_code}):\n{self._driver.log_tail()}"
+            )
+        return result
+
+    def _await_start(self, run_id: str, driver: DriverProcess) -> RunStart:
+        """Wait for the run's first committed checkpoint; fail if the driver ends first or
+        does not get there within ``startup_timeout`` (it is ended then)."""
+        deadline = time.monotonic() + self.startup_timeout.total_seconds()
+        metrics = self.metrics
+        while True:
+            start = metrics.run_start(self.job_name, run_id)
+            if start is not None:
+                return start
+            if driver.exit_code is not None:
+                raise AirflowException(
+                    f"run {run_id} of job {self.job_name!r} ended (exit code {driver.exit_code}) "
+                    f"before its first checkpoint:\n{driver.log_tail()}"
+                )
+            if time.monotonic() >= deadline:
+                self.on_kill()
+                raise AirflowException(
+                    f"run {run_id} of job {self.job_name!r} committed no checkpoint within "
+                    f"{self.startup_timeout}; it was stopped:\n{driver.log_tail()}"
+                )
+            time.sleep(self.poll_interval_s)
+
+    def _log_dir(self) -> Path:
+        if self.driver_log_dir:
+            return Path(self.driver_log_dir)
+        return Path(airflow_conf.get("logging", "base_log_folder"), "backlog-drivers")
+
+    def on_kill(self) -> None:
+        """Stop the driver this task started: gracefully if it answers and ends within
+        ``kill_grace``, else by ending its process tree. Nothing of it survives."""
+        driver, submit = self._driver, self._submit
+        if driver is None or submit is None or driver.exit_code is not None:
+            return
+        grace_s = self.kill_grace.total_seconds()
+        try:
+            self.metrics.ask(self.job_name, STOP, timeout_s=grace_s / 2, poll_s=0.5)
+            driver.wait(grace_s / 2)
+        except JobRequestError as error:
+            self.log.warning("no graceful stop (%s): ending the driver", error)
+        finally:
+            submit.end(driver)
+        self.log.info("driver of job %s ended (exit code %s)", self.job_name, driver.exit_code)
+
+
+class BacklogRelaunchOperator(BacklogLaunchOperator):
+    """Relaunches ``job_name`` with the next phase's ``profile``: stops the running run
+    right after a committed checkpoint, waits until its driver has ended, then launches
+    the job again from the same checkpoint (the same ``application_args``). Without a
+    running run it just launches."""
+
+    def __init__(
+        self,
+        *,
+        answer_timeout: timedelta = timedelta(minutes=2),
+        stop_timeout: timedelta = timedelta(minutes=5),
+        **kwargs: Any,
+    ):
+        super().__init__(**kwargs)
+        self.answer_timeout = answer_timeout
+        self.stop_timeout = stop_timeout
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        running = self.metrics.live_run(self.job_name, datetime.now(UTC))
+        if running is None:
+            self.log.info("no run of job %s is running: launching it", self.job_name)
+        else:
+            self.log.info("stopping %s", running.describe())
+            answer = self.metrics.stop(
+                self.job_name,
+                answer_timeout_s=self.answer_timeout.total_seconds(),
+                stop_timeout_s=self.stop_timeout.total_seconds(),
+                poll_s=min(self.poll_interval_s, 1.0),
+            )
+            self.log.info("job %s: %s", self.job_name, answer)
+        stopped = running.run_id if running is not None else None
+        return {**super().execute(context), "stopped_run_id": stopped}
