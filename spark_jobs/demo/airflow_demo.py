@@ -1,0 +1,250 @@
+"""The Airflow demo: the phased DAG, run by ``airflow dags test`` on embedded defaults.
+
+Writes a file backlog and starts the embedded Kafka broker with events already waiting in
+the topic and live ones arriving; points an Airflow home of its own (SQLite) at ``dags/``,
+local Spark and a SQLite metrics database. ``airflow dags test backlog_phased`` launches the
+job with its backlog profile, waits until it is live, relaunches it with its live profile
+and checks it stays fresh; each checkpoint and task state is printed as it happens. Then
+the job is stopped through the provider, and a summary per run and a PNG timeline follow.
+With ``--ui`` the same setup is served by ``airflow standalone`` instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from spark_jobs.backlog.values import count_argument
+from spark_jobs.demo.broker import EmbeddedBroker
+from spark_jobs.demo.data import KafkaProducerThread
+from spark_jobs.demo.report import epoch, load, phase_changes, plot_timeline
+from spark_jobs.demo.runs import add_workspace_arguments, prepare_history, say
+from spark_jobs.jobs.launch import JavaMissing, job_environment, require_java
+from spark_jobs.metrics.schema import backlog_checkpoints, make_engine
+
+DAG_ID = "backlog_phased"
+JOB = "events"
+TOPIC = "events"
+PARTITIONS = 8
+#: The example DAGs, next to this package in a checkout.
+DAGS_FOLDER = Path(__file__).resolve().parents[2] / "dags"
+
+
+def airflow_environment(home: Path, data: Path) -> dict[str, str]:
+    """Airflow on SQLite in ``home``, reading ``dags/``, with local Spark and SQLite metrics
+    as its connections; spark-submit and airflow from this interpreter's environment."""
+    bin_dir = os.path.dirname(sys.executable)
+    return {
+        **job_environment(),
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS_FOLDER),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__PARALLELISM": "4",
+        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+        "AIRFLOW_CONN_BACKLOG_METRICS_DEFAULT": json.dumps(
+            {"conn_type": "backlog_metrics", "host": str(data / "metrics.db")}
+        ),
+        "BACKLOG_DATA_DIR": str(data),
+    }
+
+
+def airflow(*args: str) -> list[str]:
+    return [os.path.join(os.path.dirname(sys.executable), "airflow"), *args]
+
+
+def task_states(home: Path) -> dict[str, str]:
+    """The latest state of each task of the DAG, from Airflow's own database."""
+    database = home / "airflow.db"
+    if not database.exists():
+        return {}
+    engine = sa.create_engine(f"sqlite:///{database}")
+    try:
+        with engine.connect() as connection:
+            rows = connection.execute(
+                sa.text(
+                    "SELECT task_id, state FROM task_instance WHERE dag_id = :dag "
+                    "ORDER BY start_date"
+                ),
+                {"dag": DAG_ID},
+            ).all()
+    except sa.exc.OperationalError:
+        return {}  # not migrated yet, or busy
+    finally:
+        engine.dispose()
+    return {task: state or "none" for task, state in rows}
+
+
+def runs_of(metrics_url: str) -> list[dict]:
+    """Per run of the job: its checkpoints, how many in backlog, rows, cadence settings."""
+    table = backlog_checkpoints
+    engine = make_engine(metrics_url)
+    try:
+        with engine.connect() as connection:
+            rows = connection.execute(
+                sa.select(table.c.run_id, table.c.is_backlog, table.c.num_input_rows)
+                .add_columns(table.c.effective_interval_ms, table.c.batch_id)
+                .where(table.c.job_name == JOB)
+                .order_by(table.c.batch_id)
+            ).all()
+    finally:
+        engine.dispose()
+    runs: dict[str, dict] = {}
+    for row in rows:
+        run = runs.setdefault(
+            row.run_id,
+            {"run_id": row.run_id, "checkpoints": 0, "backlog": 0, "rows": 0, "live_ms": set()},
+        )
+        run["checkpoints"] += 1
+        run["backlog"] += bool(row.is_backlog)
+        run["rows"] += row.num_input_rows
+        if not row.is_backlog and row.effective_interval_ms:
+            run["live_ms"].add(row.effective_interval_ms)
+    return list(runs.values())
+
+
+def watch(dag_test: subprocess.Popen, home: Path, metrics_url: str) -> None:
+    """Print task state changes and checkpoints until ``airflow dags test`` ends."""
+    states: dict[str, str] = {}
+    shown = 0
+    while dag_test.poll() is None:
+        now = task_states(home)
+        for task, state in now.items():
+            if states.get(task) != state:
+                say(f"[airflow] {task}: {state}")
+        states = now or states
+        try:
+            checkpoints = load(metrics_url, JOB)[0]
+        except sa.exc.SQLAlchemyError:
+            checkpoints = []  # the job has not created the tables yet
+        for checkpoint in checkpoints[shown:]:
+            say(
+                f"[job] checkpoint {checkpoint.batch_id:4d}  "
+                f"{'backlog' if checkpoint.is_backlog else 'live   '} "
+                f"{checkpoint.rows:>10,} rows  {checkpoint.duration_s:6.2f} s  "
+                f"left behind: {'-' if checkpoint.behind is None else checkpoint.behind}"
+            )
+        shown = max(shown, len(checkpoints))
+        time.sleep(1.0)
+
+
+def stop_job(env: dict[str, str]) -> str:
+    """End the job as a DAG would, through the provider (it runs on after the DAG)."""
+    os.environ.update(env)
+    from airflow_provider_backlog.hooks.metrics import BacklogMetricsHook
+
+    return BacklogMetricsHook().stop(JOB, answer_timeout_s=60, stop_timeout_s=180)
+
+
+def report(root: Path, metrics_url: str, states: dict[str, str]) -> None:
+    say("\ntasks of the DAG run:")
+    for task, state in states.items():
+        say(f"  {task:24} {state}")
+    say("\nruns of the job (each launch is one run, from the same checkpoint):")
+    say("  run                                 checkpoints  in backlog        rows  live interval")
+    for run in runs_of(metrics_url):
+        live = ", ".join(f"{ms / 1000:g} s" for ms in sorted(run["live_ms"])) or "-"
+        say(
+            f"  {run['run_id']:36} {run['checkpoints']:11d} {run['backlog']:11d} "
+            f"{run['rows']:11,}  {live}"
+        )
+    checkpoints, transitions = load(metrics_url, JOB)
+    origin = checkpoints[0].started_at if checkpoints else 0.0
+    say("\ntransitions:")
+    for change in transitions:
+        phase = "backlog" if change["is_backlog"] else "live   "
+        say(f"  {epoch(change['at']) - origin:7.1f} s  {phase}  {change['reason']}")
+    marks = [(epoch(t["at"]), t["reason"]) for t in transitions] + phase_changes(checkpoints)
+    chart = plot_timeline(
+        [("the phased DAG: backlog profile, then live profile", checkpoints)],
+        root / "timeline.png",
+        "file backlog and a topic read from behind, launched and relaunched by Airflow",
+        [marks],
+    )
+    say(f"\ntimeline chart: {chart}\nmetrics: {metrics_url}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="backlog-airflow-demo", description=__doc__)
+    add_workspace_arguments(parser, "var/airflow-demo", events=1_000_000)
+    parser.add_argument(
+        "--topic-backlog", type=count_argument, default=300_000, help="events in the topic at first"
+    )
+    parser.add_argument(
+        "--ui", action="store_true", help="serve it with airflow standalone instead"
+    )
+    args = parser.parse_args(argv)
+    try:
+        require_java()
+    except JavaMissing as error:
+        print(f"backlog-airflow-demo: {error}", file=sys.stderr)
+        return 2
+    root = args.workdir.resolve()
+    data, home = root / "data", root / "airflow"
+    shutil.rmtree(data, ignore_errors=True)
+    say(f"writing a backlog of {args.events:,} events in {args.files} parquet files")
+    first_live_id = prepare_history(data / "history", args.events, args.files)
+    metrics_url = f"sqlite:///{data / 'metrics.db'}"
+    env = airflow_environment(home, data)
+    with EmbeddedBroker(root / "broker", {TOPIC: PARTITIONS}) as broker:
+        producer = KafkaProducerThread(
+            broker.bootstrap_servers, TOPIC, PARTITIONS, first_live_id, args.live_events_per_s
+        )
+        say(f"{args.topic_backlog:,} events wait in topic {TOPIC!r} at {broker.bootstrap_servers}")
+        producer.burst(args.topic_backlog)
+        producer.start()
+        conf = json.dumps(
+            {"data_dir": str(data), "kafka_bootstrap_servers": broker.bootstrap_servers}
+        )
+        try:
+            subprocess.run(airflow("db", "migrate"), env=env, check=True, capture_output=True)
+            if args.ui:
+                return serve(env, home, conf)
+            log_path = root / "dags-test.log"
+            say(f"airflow dags test {DAG_ID} (its log: {log_path})")
+            with log_path.open("w") as log:
+                dag_test = subprocess.Popen(
+                    airflow("dags", "test", DAG_ID, "--conf", conf),
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+            watch(dag_test, home, metrics_url)
+            states = task_states(home)
+            say(f"the DAG run ended; the job runs on live: stopping it: {stop_job(env)}")
+        finally:
+            producer.stop()
+    report(root, metrics_url, states)
+    failed = {task: state for task, state in states.items() if state != "success"}
+    if dag_test.returncode != 0 or failed:
+        print(
+            f"backlog-airflow-demo: the DAG run failed: {failed}; see {log_path}", file=sys.stderr
+        )
+        return 1
+    return 0
+
+
+def serve(env: dict[str, str], home: Path, conf: str) -> int:
+    """``airflow standalone`` on this setup, until interrupted."""
+    say(
+        f"\nairflow standalone at http://localhost:8080 (user admin, password in "
+        f"{home / 'simple_auth_manager_passwords.json.generated'}); trigger {DAG_ID} "
+        f"with the conf:\n  {conf}\nCtrl-C stops Airflow; stop the job with BacklogStopOperator "
+        "or the backlog_reconfigure DAG's connection (see the README)"
+    )
+    try:
+        return subprocess.run(airflow("standalone"), env=env).returncode
+    except KeyboardInterrupt:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
