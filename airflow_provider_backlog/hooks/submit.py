@@ -11,6 +11,7 @@ JVM, the Python driver, Python workers), so nothing of it survives.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import shutil
@@ -34,6 +35,8 @@ from spark_jobs.backlog.config import (
     BacklogConfig,
     ConfigError,
 )
+
+logger = logging.getLogger(__name__)
 
 #: JVM memory sizes as spark-submit takes them: 512m, 4g, 1024k.
 _MEMORY = re.compile(r"^[1-9]\d*[kmgtp]?b?$", re.IGNORECASE)
@@ -147,6 +150,22 @@ class DriverProcess:
         except psutil.NoSuchProcess:
             return []
 
+    def end(self, timeout_s: float = 10.0) -> None:
+        """End the whole process tree: SIGTERM, then SIGKILL for whatever is left after
+        ``timeout_s``."""
+        tree = self.tree()
+        _signal(tree, psutil.Process.terminate)
+        # The spark-submit process is reaped through its Popen, the rest by psutil.
+        self.wait(timeout_s)
+        _, alive = psutil.wait_procs(tree[1:], timeout=timeout_s)
+        if self.exit_code is None:
+            alive.insert(0, tree[0])
+        if alive:
+            logger.warning("killing what ignored SIGTERM: %s", alive)
+            _signal(alive, psutil.Process.kill)
+            self.wait(timeout_s)
+            psutil.wait_procs(alive, timeout=timeout_s)
+
     def follow(self) -> Iterator[str]:
         """The log's lines as they are written, until the driver has ended."""
         with self.log_path.open(errors="replace") as log:
@@ -237,22 +256,6 @@ class BacklogSubmitHook(SparkSubmitHook):
             )
         self.log.info("driver started (pid %s), its log: %s", process.pid, log_path)
         return DriverProcess(process, log_path)
-
-    def end(self, driver: DriverProcess, timeout_s: float = 10.0) -> None:
-        """End the driver's whole process tree: SIGTERM, then SIGKILL for whatever is left
-        after ``timeout_s``."""
-        tree = driver.tree()
-        _signal(tree, psutil.Process.terminate)
-        # The spark-submit process is reaped through its Popen, the rest by psutil.
-        driver.wait(timeout_s)
-        _, alive = psutil.wait_procs(tree[1:], timeout=timeout_s)
-        if driver.exit_code is None:
-            alive.insert(0, tree[0])
-        if alive:
-            self.log.warning("killing what ignored SIGTERM: %s", alive)
-            _signal(alive, psutil.Process.kill)
-            driver.wait(timeout_s)
-            psutil.wait_procs(alive, timeout=timeout_s)
 
 
 def _signal(processes: list[psutil.Process], send: Any) -> None:

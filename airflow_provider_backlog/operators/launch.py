@@ -77,7 +77,6 @@ class BacklogLaunchOperator(BaseOperator):
         self.driver_log_dir = driver_log_dir
         self.poll_interval_s = poll_interval_s
         self._driver: DriverProcess | None = None
-        self._submit: BacklogSubmitHook | None = None
 
     @property
     def metrics(self) -> BacklogMetricsHook:
@@ -91,7 +90,7 @@ class BacklogLaunchOperator(BaseOperator):
                 "first (BacklogStopOperator) or relaunch it (BacklogRelaunchOperator)"
             )
         run_id = new_run_id(context)
-        self._submit = BacklogSubmitHook(
+        submit = BacklogSubmitHook(
             job_name=self.job_name,
             run_id=run_id,
             profile=self.profile,
@@ -103,7 +102,7 @@ class BacklogLaunchOperator(BaseOperator):
         self.log.info(
             "launching run %s of job %s: %s", run_id, self.job_name, self.profile.describe()
         )
-        self._driver = self._submit.start(self.application, self._log_dir() / f"{run_id}.log")
+        self._driver = submit.start(self.application, self._log_dir() / f"{run_id}.log")
         start = self._await_start(run_id, self._driver)
         ti = context.get("ti") if isinstance(context, dict) else None
         if ti is not None and start.spark_ui_url:
@@ -164,8 +163,8 @@ class BacklogLaunchOperator(BaseOperator):
     def on_kill(self) -> None:
         """Stop the driver this task started: gracefully if it answers and ends within
         ``kill_grace``, else by ending its process tree. Nothing of it survives."""
-        driver, submit = self._driver, self._submit
-        if driver is None or submit is None or driver.exit_code is not None:
+        driver = self._driver
+        if driver is None or driver.exit_code is not None:
             return
         grace_s = self.kill_grace.total_seconds()
         try:
@@ -174,7 +173,7 @@ class BacklogLaunchOperator(BaseOperator):
         except JobRequestError as error:
             self.log.warning("no graceful stop (%s): ending the driver", error)
         finally:
-            submit.end(driver)
+            driver.end()
         self.log.info("driver of job %s ended (exit code %s)", self.job_name, driver.exit_code)
 
 

@@ -61,7 +61,7 @@ def airflow(*args: str) -> list[str]:
     return [os.path.join(os.path.dirname(sys.executable), "airflow"), *args]
 
 
-def task_states(home: Path) -> dict[str, str]:
+def task_states(home: Path, dag_id: str = DAG_ID) -> dict[str, str]:
     """The latest state of each task of the DAG, from Airflow's own database."""
     database = home / "airflow.db"
     if not database.exists():
@@ -74,7 +74,7 @@ def task_states(home: Path) -> dict[str, str]:
                     "SELECT task_id, state FROM task_instance WHERE dag_id = :dag "
                     "ORDER BY start_date"
                 ),
-                {"dag": DAG_ID},
+                {"dag": dag_id},
             ).all()
     except sa.exc.OperationalError:
         return {}  # not migrated yet, or busy

@@ -207,5 +207,7 @@ class KafkaProducerThread(threading.Thread):
         self._stop_event.set()
         self.join()
         remaining = self._producer.flush(30)
+        # Closed now, not when collected: it would keep reconnecting to a broker gone by then.
+        self._producer.close()
         if remaining:
             raise RuntimeError(f"{remaining} events were not delivered to {self.topic!r}")

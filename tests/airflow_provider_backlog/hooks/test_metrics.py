@@ -13,7 +13,9 @@ from airflow_provider_backlog.hooks.metrics import (
     Expectation,
     JobSnapshot,
     MetricsConnectionError,
+    RunStart,
 )
+from spark_jobs.metrics.lease import LeaseStore
 from spark_jobs.metrics.schema import backlog_transitions
 from tests.airflow_provider_backlog.conftest import (
     CONN_ID,
@@ -153,3 +155,33 @@ def test_impossible_expectations_are_refused_by_name(fields, message):
 def test_a_database_the_job_has_not_written_yet_has_no_snapshot(monkeypatch, tmp_path):
     use_connection(monkeypatch, host=str(tmp_path / "not-yet" / "metrics.db"))
     assert BacklogMetricsHook(CONN_ID).job_snapshot("events") is None
+
+
+def test_the_live_run_is_the_one_whose_lease_is_renewed_and_not_released(connected):
+    leases = LeaseStore(connected, clock=lambda: T0)
+    hook = BacklogMetricsHook(CONN_ID)
+    assert hook.live_run("events", T0) is None
+    lease = leases.acquire("events", "file:///ck", "r1", 30, spark_ui_url="http://driver:4040")
+    live = hook.live_run("events", T0 + timedelta(seconds=29))
+    assert live is not None
+    assert live.describe() == (
+        "run r1 of job 'events' at file:///ck (lease renewed until "
+        "2026-11-21T12:00:30+00:00, Spark UI http://driver:4040)"
+    )
+    assert hook.live_run("events", T0 + timedelta(seconds=30)) is None, "expired: driver died"
+    leases.release(lease)
+    assert hook.live_run("events", T0 + timedelta(seconds=1)) is None
+    leases.close()
+
+
+def test_a_run_has_started_once_it_holds_its_lease_and_has_committed(connected):
+    hook = BacklogMetricsHook(CONN_ID)
+    leases = LeaseStore(connected, clock=lambda: T0)
+    leases.acquire("events", "file:///ck", "r2", 30, spark_ui_url="http://driver:4041")
+    assert hook.run_start("events", "r2") is None
+    add_checkpoints(connected, "events", "r1", T0 - timedelta(minutes=5), "bb")
+    assert hook.run_start("events", "r2") is None, "another run's checkpoints do not count"
+    add_checkpoints(connected, "events", "r2", T0 + timedelta(seconds=5), "bl", first_batch=2)
+    start = hook.run_start("events", "r2")
+    assert start == RunStart("r2", T0 + timedelta(seconds=5), "http://driver:4041")
+    leases.close()

@@ -79,12 +79,21 @@ def test_invalid_values_fail_the_task_with_the_jobs_message_and_change_nothing(r
     assert running_job.config.interval_s == 2.0
 
 
-def test_no_running_job_fails_the_task_after_the_answer_timeout(connected):
+def test_no_running_job_fails_the_task_and_a_later_run_does_not_act_on_it(connected, tmp_path):
     with pytest.raises(AirflowException) as raised:
         reconfigure(interval="5s", answer_timeout=timedelta(seconds=0.5)).execute({})
     assert str(raised.value) == (
-        "job 'events' did not answer reconfigure request 1 within 0:00:00.500000: is it running?"
+        "job 'events' did not answer reconfigure request 1 within 0.5 s: is it running?"
     )
+    # The request was withdrawn: a run that starts afterwards finds nothing to answer.
+    config = BacklogConfig.from_spark_conf(
+        {"spark.backlog.job-name": "events", "spark.backlog.metrics.url": connected}
+    )
+    poller = ControlPoller(config, {}, lambda new: None, lambda: None)
+    try:
+        assert poller.poll_once() == 0
+    finally:
+        poller.close()
 
 
 def test_nothing_to_change_is_refused_when_the_dag_is_parsed():

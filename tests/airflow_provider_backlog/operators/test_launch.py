@@ -1,0 +1,64 @@
+import pytest
+from airflow.sdk.exceptions import AirflowException
+
+from airflow_provider_backlog.hooks.submit import PhaseProfile
+from airflow_provider_backlog.operators.launch import BacklogLaunchOperator, new_run_id
+from spark_jobs.metrics.lease import LeaseStore
+from tests.airflow_provider_backlog.conftest import CONN_ID
+
+
+def launch(**kwargs) -> BacklogLaunchOperator:
+    return BacklogLaunchOperator(
+        task_id="launch",
+        job_name="events",
+        application="/app/events_pipeline.py",
+        profile=PhaseProfile("2s", "1min"),
+        metrics_conn_id=CONN_ID,
+        spark_conn_id="no_such_spark",
+        **kwargs,
+    )
+
+
+def test_a_launch_is_refused_while_a_driver_holds_the_jobs_lease(connected):
+    leases = LeaseStore(connected)
+    leases.acquire("events", "file:///ck", "r1", 30, spark_ui_url="http://driver:4040")
+    with pytest.raises(AirflowException) as raised:
+        launch().execute({})
+    message = str(raised.value)
+    assert message.startswith(
+        "job 'events' is already running: run r1 of job 'events' at file:///ck (lease renewed "
+        "until "
+    )
+    assert message.endswith(
+        ", Spark UI http://driver:4040). Stop it first (BacklogStopOperator) or relaunch it "
+        "(BacklogRelaunchOperator)"
+    )
+    leases.close()
+
+
+def test_a_launch_after_the_drivers_lease_was_released_goes_ahead_to_spark_submit(connected):
+    leases = LeaseStore(connected)
+    leases.release(leases.acquire("events", "file:///ck", "r1", 30))
+    # It gets as far as the Spark connection, which this test leaves undefined.
+    with pytest.raises(AirflowException, match="Spark connection 'no_such_spark' is not defined"):
+        launch().execute({})
+    leases.close()
+
+
+def test_a_profile_must_be_a_phase_profile():
+    with pytest.raises(TypeError, match=r"profile must be a PhaseProfile, got \{'interval'"):
+        BacklogLaunchOperator(
+            task_id="launch",
+            job_name="events",
+            application="app.py",
+            profile={"interval": "2s"},  # type: ignore[arg-type]
+        )
+
+
+def test_run_ids_name_the_task_and_try_and_are_unique():
+    class TaskInstance:
+        task_id, try_number = "launch_backlog_profile", 2
+
+    first, second = new_run_id({"ti": TaskInstance()}), new_run_id({"ti": TaskInstance()})
+    assert first.startswith("launch_backlog_profile.2.") and first != second
+    assert len(new_run_id({})) == 8

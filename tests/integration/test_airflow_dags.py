@@ -1,0 +1,259 @@
+"""The example DAGs end to end: ``airflow dags test`` with real Spark, a real Kafka-protocol
+broker and SQLite metrics, as a user runs them. The phased DAG launches, waits until live
+and relaunches with the live profile; the reconfigure DAG changes the running job's
+interval, or is refused with the job's reason; a driver killed from outside makes a sensor
+fail by name; killing the launch task leaves no Spark process behind."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import sqlalchemy as sa
+from airflow.sdk.exceptions import AirflowException
+
+from airflow_provider_backlog.hooks.metrics import BacklogMetricsHook
+from airflow_provider_backlog.hooks.submit import PhaseProfile
+from airflow_provider_backlog.operators.launch import BacklogLaunchOperator
+from airflow_provider_backlog.triggers.metrics import JobExpectationTrigger
+from spark_jobs.demo.airflow_demo import airflow, airflow_environment, task_states
+from spark_jobs.demo.data import KafkaProducerThread, history_range, write_history
+from spark_jobs.metrics.schema import backlog_control, backlog_leases, make_engine, metadata
+from tests.integration.jobs import KAFKA_PARTITIONS, KAFKA_TOPIC, now, wait_for
+
+JOB = "events"
+PHASED = ["launch_backlog_profile", "wait_until_live", "relaunch_live_profile", "watch_freshness"]
+
+
+class Deployment:
+    """An Airflow home on SQLite reading ``dags/``, with local Spark and SQLite metrics as its
+    connections, a file backlog, and a topic with events waiting and live ones arriving."""
+
+    def __init__(self, root: Path, bootstrap_servers: str):
+        self.root = root
+        self.data = root / "data"
+        self.home = root / "airflow"
+        self.env = airflow_environment(self.home, self.data)
+        self.metrics_url = f"sqlite:///{self.data / 'metrics.db'}"
+        (self.data / "history").mkdir(parents=True)
+        engine = make_engine(self.metrics_url)
+        metadata.create_all(engine)
+        engine.dispose()
+        start, end = history_range(now())
+        first_live_id = write_history(self.data / "history", 40_000, 4, start, end)
+        self.producer = KafkaProducerThread(
+            bootstrap_servers, KAFKA_TOPIC, KAFKA_PARTITIONS, first_live_id, 500
+        )
+        self.producer.burst(20_000)
+        self.producer.start()
+        self.conf = {"data_dir": str(self.data), "kafka_bootstrap_servers": bootstrap_servers}
+        subprocess.run(airflow("db", "migrate"), env=self.env, check=True, capture_output=True)
+
+    def dags_test(self, dag_id: str, **conf: object) -> subprocess.Popen:
+        log = (self.root / f"{dag_id}-{time.time_ns()}.log").open("w")
+        process = subprocess.Popen(
+            airflow("dags", "test", dag_id, "--conf", json.dumps(self.conf | conf)),
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        process.log_path = Path(log.name)  # type: ignore[attr-defined]
+        return process
+
+    def run_dag(self, dag_id: str, timeout_s: float, **conf: object) -> dict[str, str]:
+        """Run the DAG to its end; the state of each of its tasks."""
+        process = self.dags_test(dag_id, **conf)
+        try:
+            process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            raise AssertionError(f"{dag_id} did not end:\n{self.log_of(process)}") from None
+        return task_states(self.home, dag_id)
+
+    def log_of(self, process: subprocess.Popen) -> str:
+        return process.log_path.read_text()[-6000:]  # type: ignore[attr-defined]
+
+    def use_connections(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """The same connections for operators run in this test process."""
+        for key, value in self.env.items():
+            if key.startswith("AIRFLOW_CONN_"):
+                monkeypatch.setenv(key, value)
+
+    def rows(self, query: sa.Select) -> list[sa.Row]:
+        engine = make_engine(self.metrics_url)
+        try:
+            with engine.connect() as connection:
+                return connection.execute(query).all()
+        finally:
+            engine.dispose()
+
+    def checkpoints(self) -> list[sa.Row]:
+        return self.rows(
+            sa.text(
+                "SELECT run_id, batch_id, is_backlog, effective_interval_ms "
+                "FROM backlog_checkpoints ORDER BY batch_id"
+            )
+        )
+
+    def xcom(self, task_id: str, key: str) -> object:
+        engine = sa.create_engine(f"sqlite:///{self.home / 'airflow.db'}")
+        try:
+            with engine.connect() as connection:
+                value = connection.execute(
+                    sa.text("SELECT value FROM xcom WHERE task_id = :task AND key = :key"),
+                    {"task": task_id, "key": key},
+                ).scalar_one()
+        finally:
+            engine.dispose()
+        return json.loads(value) if isinstance(value, str) else value
+
+    def close(self) -> None:
+        self.producer.stop()
+
+
+@pytest.fixture
+def deployment(tmp_path, broker):
+    deployed = Deployment(tmp_path, broker.bootstrap_servers)
+    yield deployed
+    deployed.close()
+    for process in job_processes(JOB, deployed.data):
+        process.kill()
+
+
+def job_processes(job: str, data: Path) -> list[psutil.Process]:
+    """Every process of a driver of ``job`` on ``data`` (spark-submit, its JVM, its Python
+    driver and workers), found by their command lines and their parents'."""
+    found: list[psutil.Process] = []
+    for process in psutil.process_iter(["cmdline"]):
+        line = " ".join(process.info["cmdline"] or [])
+        if f"spark.backlog.job-name={job}" in line and str(data) in line:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                found += [process, *process.children(recursive=True)]
+    return [p for p in found if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+def live_intervals_ms(deployment: Deployment, run_id: str) -> list[int]:
+    return [
+        row.effective_interval_ms
+        for row in deployment.checkpoints()
+        if row.run_id == run_id and not row.is_backlog
+    ]
+
+
+def test_the_phased_dag_relaunches_with_the_live_profile_and_the_job_answers_airflow(
+    deployment, monkeypatch
+):
+    states = deployment.run_dag("backlog_phased", 600)
+    assert states == dict.fromkeys(PHASED, "success"), deployment.root
+
+    # Two runs on one checkpoint: the backlog profile's, then the live profile's.
+    rows = deployment.checkpoints()
+    runs = list(dict.fromkeys(row.run_id for row in rows))
+    assert [run.split(".")[:2] for run in runs] == [
+        ["launch_backlog_profile", "1"],
+        ["relaunch_live_profile", "1"],
+    ]
+    first, second = runs
+    assert [row.batch_id for row in rows] == list(range(len(rows))), "not one checkpoint"
+    assert rows[0].is_backlog, "the first run started on the backlog"
+    assert set(live_intervals_ms(deployment, first)) == {5000}
+    assert set(live_intervals_ms(deployment, second)) == {2000}
+    transitions = deployment.rows(
+        sa.text("SELECT run_id, is_backlog, reason FROM backlog_transitions ORDER BY at")
+    )
+    assert (first, 0) in {(t.run_id, t.is_backlog) for t in transitions}
+    leases = deployment.rows(sa.select(backlog_leases.c.run_id, backlog_leases.c.released_at))
+    assert [(lease.run_id, lease.released_at is not None) for lease in leases] == [
+        (second, False)
+    ], "the first run let go when it was stopped, the second holds the lease"
+    for task in ("launch_backlog_profile", "relaunch_live_profile"):
+        assert str(deployment.xcom(task, "spark_ui_url")).startswith("http://")
+    assert deployment.xcom("relaunch_live_profile", "return_value")["stopped_run_id"] == first
+
+    # A second launch while the job runs is refused by name.
+    deployment.use_connections(monkeypatch)
+    second_launch = BacklogLaunchOperator(
+        task_id="launch_again",
+        job_name=JOB,
+        application="unused.py",
+        profile=PhaseProfile("2s"),
+    )
+    with pytest.raises(AirflowException, match=rf"job 'events' is already running: run {second}"):
+        second_launch.execute({})
+
+    # The reconfigure DAG: acknowledged, and the job checkpoints every 3 s from then on.
+    states = deployment.run_dag("backlog_reconfigure", 300, interval="3s")
+    assert states == dict.fromkeys(
+        ["wait_until_running", "reconfigure", "watch_freshness"], "success"
+    )
+    wait_for(
+        lambda: live_intervals_ms(deployment, second)[-2:] == [3000, 3000], "3 s checkpoints", 60
+    )
+
+    # Invalid values: refused with the job's reason, and the job runs on.
+    states = deployment.run_dag("backlog_reconfigure", 300, interval="5min")
+    assert states["reconfigure"] == "failed"
+    assert states["watch_freshness"] == "upstream_failed"
+    requests = deployment.rows(
+        sa.select(backlog_control.c.status, backlog_control.c.answer).order_by(backlog_control.c.id)
+    )
+    assert [request.status for request in requests] == ["applied", "applied", "rejected"]
+    assert (
+        "spark.backlog.checkpointing.interval-during-backlog = '1min' is invalid: it must be 0 "
+        "(no periodic checkpoint during backlog) or at least "
+        "spark.backlog.checkpointing.interval (5min)" in requests[-1].answer
+    )
+    count = len(deployment.checkpoints())
+    wait_for(lambda: len(deployment.checkpoints()) >= count + 2, "the job running on", 60)
+
+    # The driver is killed from outside: a waiting sensor's trigger fails naming the cause.
+    driver = job_processes(JOB, deployment.data)
+    assert driver, "no driver process found"
+    for process in driver:
+        process.kill()
+    trigger = JobExpectationTrigger(
+        BacklogMetricsHook.default_conn_name,
+        JOB,
+        {"phase": "backlog", "checkpoints": 1, "within_s": None},
+        1.0,
+        now().isoformat(),
+    )
+    event = asyncio.run(asyncio.wait_for(anext(trigger.run()), 120)).payload
+    assert event["status"] == "error"
+    assert event["message"].startswith(
+        f"the driver of job 'events' (run {second}) stopped renewing its lease, which expired at "
+    )
+    assert event["message"].endswith(": it has died")
+
+
+def test_killing_the_launch_task_leaves_no_spark_process_behind(deployment):
+    dag_test = deployment.dags_test("backlog_phased")
+    try:
+        wait_for(
+            lambda: deployment.rows(sa.select(backlog_leases.c.run_id)),
+            "the driver to take its lease",
+            180,
+            dag_test,
+        )
+        driver = job_processes(JOB, deployment.data)
+        assert len(driver) >= 3, "spark-submit, its JVM and the Python driver"
+        # What Airflow does to a task it kills: SIGTERM, which runs the operator's on_kill.
+        os.kill(dag_test.pid, signal.SIGTERM)
+        dag_test.wait(120)
+    finally:
+        if dag_test.poll() is None:
+            dag_test.kill()
+    alive = [p for p in driver if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert not alive, f"left behind: {alive}"
+    assert not job_processes(JOB, deployment.data)
+    states = task_states(deployment.home, "backlog_phased")
+    assert states["launch_backlog_profile"] == "failed"
+    assert states["wait_until_live"] == "upstream_failed"
