@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -51,7 +52,7 @@ def airflow_environment(home: Path, data: Path) -> dict[str, str]:
         "AIRFLOW__CORE__PARALLELISM": "4",
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
         "AIRFLOW_CONN_BACKLOG_METRICS_DEFAULT": json.dumps(
-            {"conn_type": "backlog_metrics", "host": str(data / "metrics.db")}
+            {"conn_type": "backlog_metrics", "host": str(data / "metrics" / "metrics.db")}
         ),
         "BACKLOG_DATA_DIR": str(data),
     }
@@ -137,11 +138,14 @@ def watch(dag_test: subprocess.Popen, home: Path, metrics_url: str) -> None:
 
 
 def stop_job(env: dict[str, str]) -> str:
-    """End the job as a DAG would, through the provider (it runs on after the DAG)."""
+    """End the job as a DAG would, through the provider: the DAG leaves it running."""
     os.environ.update(env)
     from airflow_provider_backlog.hooks.metrics import BacklogMetricsHook
 
-    return BacklogMetricsHook().stop(JOB, answer_timeout_s=60, stop_timeout_s=180)
+    hook = BacklogMetricsHook()
+    if hook.live_run(JOB, datetime.now(UTC)) is None:
+        return "no run of the job is alive"
+    return hook.stop(JOB, answer_timeout_s=60, stop_timeout_s=180)
 
 
 def report(root: Path, metrics_url: str, states: dict[str, str]) -> None:
@@ -192,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(data, ignore_errors=True)
     say(f"writing a backlog of {args.events:,} events in {args.files} parquet files")
     first_live_id = prepare_history(data / "history", args.events, args.files)
-    metrics_url = f"sqlite:///{data / 'metrics.db'}"
+    metrics_url = f"sqlite:///{data / 'metrics' / 'metrics.db'}"
     env = airflow_environment(home, data)
     with EmbeddedBroker(root / "broker", {TOPIC: PARTITIONS}) as broker:
         producer = KafkaProducerThread(
@@ -219,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
             watch(dag_test, home, metrics_url)
             states = task_states(home)
-            say(f"the DAG run ended; the job runs on live: stopping it: {stop_job(env)}")
+            say(f"the DAG run has ended; the job runs on: stopping it: {stop_job(env)}")
         finally:
             producer.stop()
     report(root, metrics_url, states)
@@ -233,17 +237,18 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def serve(env: dict[str, str], home: Path, conf: str) -> int:
-    """``airflow standalone`` on this setup, until interrupted."""
+    """``airflow standalone`` on this setup until interrupted; then the job is stopped too."""
     say(
         f"\nairflow standalone at http://localhost:8080 (user admin, password in "
-        f"{home / 'simple_auth_manager_passwords.json.generated'}); trigger {DAG_ID} "
-        f"with the conf:\n  {conf}\nCtrl-C stops Airflow; stop the job with BacklogStopOperator "
-        "or the backlog_reconfigure DAG's connection (see the README)"
+        f"{home / 'simple_auth_manager_passwords.json.generated'});\ntrigger {DAG_ID} with "
+        f"the conf {conf}\nCtrl-C ends Airflow and stops the job"
     )
     try:
-        return subprocess.run(airflow("standalone"), env=env).returncode
+        code = subprocess.run(airflow("standalone"), env=env).returncode
     except KeyboardInterrupt:
-        return 0
+        code = 0
+    say(f"stopping the job: {stop_job(env)}")
+    return code
 
 
 if __name__ == "__main__":

@@ -22,12 +22,21 @@ from airflow.sdk.exceptions import AirflowException
 
 from airflow_provider_backlog.hooks.metrics import BacklogMetricsHook
 from airflow_provider_backlog.hooks.submit import PhaseProfile
+from airflow_provider_backlog.operators.control import BacklogReconfigureOperator
 from airflow_provider_backlog.operators.launch import BacklogLaunchOperator
 from airflow_provider_backlog.triggers.metrics import JobExpectationTrigger
 from spark_jobs.demo.airflow_demo import airflow, airflow_environment, task_states
 from spark_jobs.demo.data import KafkaProducerThread, history_range, write_history
+from spark_jobs.jobs import events_pipeline
 from spark_jobs.metrics.schema import backlog_control, backlog_leases, make_engine, metadata
-from tests.integration.jobs import KAFKA_PARTITIONS, KAFKA_TOPIC, now, wait_for
+from tests.integration.jobs import (
+    KAFKA_PARTITIONS,
+    KAFKA_TOPIC,
+    JobDirs,
+    assert_exactly_once,
+    now,
+    wait_for,
+)
 
 JOB = "events"
 PHASED = ["launch_backlog_profile", "wait_until_live", "relaunch_live_profile", "watch_freshness"]
@@ -42,8 +51,9 @@ class Deployment:
         self.data = root / "data"
         self.home = root / "airflow"
         self.env = airflow_environment(self.home, self.data)
-        self.metrics_url = f"sqlite:///{self.data / 'metrics.db'}"
-        (self.data / "history").mkdir(parents=True)
+        self.dirs = JobDirs(self.data, bootstrap_servers)
+        self.metrics_url = self.dirs.metrics_url
+        self.dirs.metrics_dir.mkdir(parents=True)
         engine = make_engine(self.metrics_url)
         metadata.create_all(engine)
         engine.dispose()
@@ -116,7 +126,8 @@ class Deployment:
         return json.loads(value) if isinstance(value, str) else value
 
     def close(self) -> None:
-        self.producer.stop()
+        if self.producer.is_alive():
+            self.producer.stop()
 
 
 @pytest.fixture
@@ -199,18 +210,16 @@ def test_the_phased_dag_relaunches_with_the_live_profile_and_the_job_answers_air
     )
 
     # Invalid values: refused with the job's reason, and the job runs on.
-    states = deployment.run_dag("backlog_reconfigure", 300, interval="5min")
-    assert states["reconfigure"] == "failed"
-    assert states["watch_freshness"] == "upstream_failed"
-    requests = deployment.rows(
-        sa.select(backlog_control.c.status, backlog_control.c.answer).order_by(backlog_control.c.id)
+    with pytest.raises(AirflowException) as raised:
+        BacklogReconfigureOperator(task_id="reconfigure", job_name=JOB, interval="5min").execute({})
+    assert str(raised.value).startswith(
+        "job 'events' rejected {'spark.backlog.checkpointing.interval': '5min'}: "
+        "invalid backlog configuration:\n  spark.backlog.checkpointing.interval-during-backlog "
+        "= '1min' is invalid: it must be 0 (no periodic checkpoint during backlog) or at least "
+        "spark.backlog.checkpointing.interval (5min)"
     )
+    requests = deployment.rows(sa.select(backlog_control.c.status).order_by(backlog_control.c.id))
     assert [request.status for request in requests] == ["applied", "applied", "rejected"]
-    assert (
-        "spark.backlog.checkpointing.interval-during-backlog = '1min' is invalid: it must be 0 "
-        "(no periodic checkpoint during backlog) or at least "
-        "spark.backlog.checkpointing.interval (5min)" in requests[-1].answer
-    )
     count = len(deployment.checkpoints())
     wait_for(lambda: len(deployment.checkpoints()) >= count + 2, "the job running on", 60)
 
@@ -232,6 +241,23 @@ def test_the_phased_dag_relaunches_with_the_live_profile_and_the_job_answers_air
         f"the driver of job 'events' (run {second}) stopped renewing its lease, which expired at "
     )
     assert event["message"].endswith(": it has died")
+
+    # Launched again, supervised: the task follows the driver until the job, idle once the
+    # producer has stopped, ends; nothing was lost or duplicated across the three runs.
+    deployment.close()
+    supervised = BacklogLaunchOperator(
+        task_id="launch_supervised",
+        job_name=JOB,
+        application=events_pipeline.__file__,
+        application_args=[*deployment.dirs.args(), "--stop-when-idle", "2s"],
+        profile=PhaseProfile("2s"),
+        detach=False,
+        driver_log_dir=str(deployment.root / "drivers"),
+    )
+    result = supervised.execute({})
+    assert result["run_id"] not in runs
+    assert result["run_id"] in {row.run_id for row in deployment.checkpoints()}
+    assert_exactly_once(deployment.dirs, window_s=10.0)
 
 
 def test_killing_the_launch_task_leaves_no_spark_process_behind(deployment):

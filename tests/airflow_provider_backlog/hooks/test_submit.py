@@ -150,3 +150,15 @@ def test_ending_a_driver_ends_its_whole_tree_even_what_ignores_sigterm(tmp_path)
     driver.end(timeout_s=1.0)
     assert driver.exit_code is not None
     assert not [p for p in tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+def test_following_a_driver_yields_its_log_until_it_ends(tmp_path):
+    log = tmp_path / "driver.log"
+    with log.open("ab") as out:
+        process = subprocess.Popen(
+            ["bash", "-c", "echo one; sleep 0.7; echo two; exit 3"], stdout=out, stderr=out
+        )
+    driver = DriverProcess(process, log)
+    assert list(driver.follow()) == ["one", "two"]
+    assert driver.exit_code == 3
+    assert driver.log_tail(1) == "two"
