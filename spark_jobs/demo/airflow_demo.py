@@ -93,6 +93,7 @@ def runs_of(metrics_url: str) -> list[dict]:
             rows = connection.execute(
                 sa.select(table.c.run_id, table.c.is_backlog, table.c.num_input_rows)
                 .add_columns(table.c.effective_interval_ms, table.c.batch_id)
+                .add_columns(table.c.committed_at, table.c.batch_duration_ms)
                 .where(table.c.job_name == JOB)
                 .order_by(table.c.batch_id)
             ).all()
@@ -102,7 +103,14 @@ def runs_of(metrics_url: str) -> list[dict]:
     for row in rows:
         run = runs.setdefault(
             row.run_id,
-            {"run_id": row.run_id, "checkpoints": 0, "backlog": 0, "rows": 0, "live_ms": set()},
+            {
+                "run_id": row.run_id,
+                "started_at": epoch(row.committed_at) - row.batch_duration_ms / 1000,
+                "checkpoints": 0,
+                "backlog": 0,
+                "rows": 0,
+                "live_ms": set(),
+            },
         )
         run["checkpoints"] += 1
         run["backlog"] += bool(row.is_backlog)
@@ -154,7 +162,8 @@ def report(root: Path, metrics_url: str, states: dict[str, str]) -> None:
         say(f"  {task:24} {state}")
     say("\nruns of the job (each launch is one run, from the same checkpoint):")
     say("  run                                 checkpoints  in backlog        rows  live interval")
-    for run in runs_of(metrics_url):
+    runs = runs_of(metrics_url)
+    for run in runs:
         live = ", ".join(f"{ms / 1000:g} s" for ms in sorted(run["live_ms"])) or "-"
         say(
             f"  {run['run_id']:36} {run['checkpoints']:11d} {run['backlog']:11d} "
@@ -167,6 +176,7 @@ def report(root: Path, metrics_url: str, states: dict[str, str]) -> None:
         phase = "backlog" if change["is_backlog"] else "live   "
         say(f"  {epoch(change['at']) - origin:7.1f} s  {phase}  {change['reason']}")
     marks = [(epoch(t["at"]), t["reason"]) for t in transitions] + phase_changes(checkpoints)
+    marks += [(run["started_at"], f"relaunched: {run['run_id']}") for run in runs[1:]]
     chart = plot_timeline(
         [("the phased DAG: backlog profile, then live profile", checkpoints)],
         root / "timeline.png",
