@@ -35,6 +35,7 @@ from spark_jobs.backlog.config import (
     BacklogConfig,
     ConfigError,
 )
+from spark_jobs.metrics.schema import METRICS_PASSWORD_ENV, split_password
 
 logger = logging.getLogger(__name__)
 
@@ -211,6 +212,10 @@ class BacklogSubmitHook(SparkSubmitHook):
                 'AIRFLOW_CONN_SPARK_DEFAULT=\'{"conn_type": "spark", "host": "local[2]"}\' '
                 "or spark://master.example.com:7077"
             ) from None
+        # The password goes to the driver's environment, not onto its command line.
+        metrics_url, password = split_password(metrics_url)
+        if password is not None:
+            env_vars = {**(env_vars or {}), METRICS_PASSWORD_ENV: password}
         conf = profile.spark_conf(job_name, run_id, metrics_url)
         BacklogConfig.from_spark_conf(conf)  # a templated job name is known only now
         super().__init__(

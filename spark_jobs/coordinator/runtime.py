@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import shutil
 import tempfile
 import threading
@@ -22,7 +23,7 @@ from typing import NamedTuple
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
-from spark_jobs.backlog.config import BacklogConfig
+from spark_jobs.backlog.config import METRICS_URL, BacklogConfig
 from spark_jobs.backlog.graph import OperatorGraph
 from spark_jobs.backlog.values import processing_time
 from spark_jobs.coordinator.appliers import (
@@ -36,6 +37,7 @@ from spark_jobs.coordinator.control import ControlPoller
 from spark_jobs.coordinator.coordinator import BacklogCoordinator, DecisionApplier, StatusProbe
 from spark_jobs.coordinator.listener import ProgressListener
 from spark_jobs.metrics.lease import LeaseKeeper, LeaseStore
+from spark_jobs.metrics.schema import METRICS_PASSWORD_ENV, with_password
 from spark_jobs.metrics.writer import MetricsWriter
 from spark_jobs.sources.gate import PlanChannel
 from spark_jobs.sources.hybrid import HybridDataSource
@@ -84,6 +86,10 @@ class BacklogRuntime:
         # spark-submit --conf lands in the context; builder.config and spark.conf.set on a
         # running session only in the session's conf, which wins.
         conf = dict(spark.sparkContext.getConf().getAll()) | spark.conf.getAll
+        if METRICS_URL in conf:
+            conf[METRICS_URL] = with_password(
+                conf[METRICS_URL], os.environ.get(METRICS_PASSWORD_ENV)
+            )
         self._conf = conf
         self.config = config or BacklogConfig.from_spark_conf(conf, conf.get("spark.app.name"))
         self._clock = clock

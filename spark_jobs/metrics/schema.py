@@ -28,6 +28,7 @@ from sqlalchemy import (
     event,
     make_url,
 )
+from sqlalchemy.engine import URL
 from sqlalchemy.pool import NullPool
 
 metadata = MetaData()
@@ -198,6 +199,37 @@ def _installed_postgres_driver(url: sqlalchemy.URL) -> sqlalchemy.URL:
         if importlib.util.find_spec(driver) is not None:
             return url.set(drivername=f"postgresql+{driver}")
     return url
+
+
+#: Where a driver finds the password of its metrics database's user, so that a launcher
+#: can keep it off the spark-submit command line (and out of task logs).
+METRICS_PASSWORD_ENV = "BACKLOG_METRICS_PASSWORD"
+
+
+def split_password(url: str) -> tuple[str, str | None]:
+    """The URL without its password, and the password (None when it has none)."""
+    parsed = make_url(url)
+    if parsed.password is None:
+        return url, None
+    # URL.set ignores None: build the URL again without the password.
+    bare = URL.create(
+        parsed.drivername,
+        parsed.username,
+        None,
+        parsed.host,
+        parsed.port,
+        parsed.database,
+        parsed.query,
+    )
+    return bare.render_as_string(hide_password=False), str(parsed.password)
+
+
+def with_password(url: str, password: str | None) -> str:
+    """The URL with ``password`` for its user, unless it has a password or no user."""
+    parsed = make_url(url)
+    if not password or parsed.password is not None or not parsed.username:
+        return url
+    return parsed.set(password=password).render_as_string(hide_password=False)
 
 
 def make_engine(url: str) -> sqlalchemy.Engine:

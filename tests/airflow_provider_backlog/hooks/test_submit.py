@@ -162,3 +162,11 @@ def test_following_a_driver_yields_its_log_until_it_ends(tmp_path):
     assert list(driver.follow()) == ["one", "two"]
     assert driver.exit_code == 3
     assert driver.log_tail(1) == "two"
+
+
+def test_the_metrics_password_goes_to_the_drivers_environment_not_its_command(local_spark):
+    submit = hook(metrics_url="postgresql://metrics:s3cret@db:5432/metrics")
+    command = submit._build_spark_submit_command("app.py")
+    assert "s3cret" not in " ".join(command)
+    assert "spark.backlog.metrics.url=postgresql://metrics@db:5432/metrics" in command
+    assert submit._env == {"BACKLOG_METRICS_PASSWORD": "s3cret"}

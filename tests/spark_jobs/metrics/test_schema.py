@@ -20,6 +20,8 @@ from spark_jobs.metrics.schema import (
     create_tables,
     make_engine,
     metadata,
+    split_password,
+    with_password,
 )
 
 REPO = Path(__file__).resolve().parents[3]
@@ -259,3 +261,14 @@ def test_postgresql_connect_gives_up_after_five_seconds():
 def test_make_engine_refuses_databases_it_cannot_serve(url):
     with pytest.raises(ValueError):
         make_engine(url)
+
+
+def test_a_password_is_split_off_a_url_and_put_back():
+    url = "postgresql://metrics:s3cret@db.example.com:5432/metrics"
+    bare, password = split_password(url)
+    assert (bare, password) == ("postgresql://metrics@db.example.com:5432/metrics", "s3cret")
+    assert with_password(bare, password) == url
+    assert split_password("sqlite:////data/metrics.db") == ("sqlite:////data/metrics.db", None)
+    assert with_password(url, "other") == url, "a URL's own password wins"
+    assert with_password("sqlite:////data/m.db", "x") == "sqlite:////data/m.db", "no user"
+    assert with_password(bare, None) == bare
