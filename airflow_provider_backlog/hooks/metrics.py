@@ -24,6 +24,7 @@ from sqlalchemy.engine import URL, Engine, make_url
 from airflow_provider_backlog import METRICS_CONN_TYPE
 from spark_jobs.metrics.schema import (
     APPLIED,
+    CLAIMED,
     PENDING,
     STOP,
     WITHDRAWN,
@@ -37,6 +38,8 @@ from spark_jobs.metrics.schema import (
 
 Phase = Literal["live", "backlog"]
 PHASES: tuple[Phase, ...] = ("live", "backlog")
+#: How long a run that took a request may take to answer it.
+CLAIMED_ANSWER_S = 30.0
 #: A sensor may ask a job to stay in a phase for at most this many checkpoints.
 MAX_STREAK = 1000
 
@@ -247,8 +250,13 @@ class BacklogMetricsHook(DbApiHook):
                 f"job {job_name!r} did not answer {action} request {request_id} within "
                 f"{timeout_s:g} s: is it running?"
             )
-        if status == PENDING:  # answered just before it could be withdrawn
-            status, answer = self._await_answer(request_id, 0.0, poll_s)
+        if status in (PENDING, CLAIMED):  # a run took it: it acts on it and answers next
+            status, answer = self._await_answer(request_id, CLAIMED_ANSWER_S, poll_s)
+        if status == CLAIMED:
+            raise JobRequestError(
+                f"job {job_name!r} took {action} request {request_id} but did not answer "
+                f"within {CLAIMED_ANSWER_S:g} s more"
+            )
         if status != APPLIED:
             raise JobRequestError(f"job {job_name!r} rejected {settings or action}: {answer}")
         return answer or ""
@@ -290,12 +298,12 @@ class BacklogMetricsHook(DbApiHook):
         while True:
             with self.engine.connect() as connection:
                 status, answer = connection.execute(query).one()
-            if status != PENDING or time.monotonic() >= deadline:
+            if status not in (PENDING, CLAIMED) or time.monotonic() >= deadline:
                 return status, answer
             time.sleep(poll_s)
 
     def _withdraw(self, request_id: int) -> bool:
-        """Take back a request no run has answered; False if one answered meanwhile."""
+        """Take back a request no run has taken; False if one took it meanwhile."""
         table = backlog_control
         with self.engine.begin() as connection:
             result = connection.execute(
@@ -320,6 +328,22 @@ class BacklogMetricsHook(DbApiHook):
                     job_name, row.run_id, row.checkpoint_location, expires_at, row.spark_ui_url
                 )
         return None
+
+    def release(self, job_name: str, run_id: str) -> bool:
+        """Release the lease of a run whose driver is known to have ended (a launch task
+        ended it), so that the next run need not wait for it to expire."""
+        table = backlog_leases
+        with self.engine.begin() as connection:
+            result = connection.execute(
+                table.update()
+                .where(
+                    table.c.job_name == job_name,
+                    table.c.run_id == run_id,
+                    table.c.released_at.is_(None),
+                )
+                .values(released_at=datetime.now(UTC))
+            )
+        return result.rowcount > 0
 
     def run_start(self, job_name: str, run_id: str) -> RunStart | None:
         """The run's first committed checkpoint and its Spark UI; None until both exist."""

@@ -20,6 +20,7 @@ import sqlalchemy as sa
 from spark_jobs.backlog.config import BacklogConfig, ConfigError, reconfigured
 from spark_jobs.metrics.schema import (
     APPLIED,
+    CLAIMED,
     PENDING,
     REJECTED,
     STOP,
@@ -91,21 +92,31 @@ class ControlPoller:
                 .where(table.c.job_name == self._config.job_name, table.c.status == PENDING)
                 .order_by(table.c.id)
             ).all()
+        answered = 0
         for request_id, action, text in pending:
+            if not self._claim(request_id):
+                continue  # withdrawn by whoever asked, just now
             status, answer = self._answer_stop() if action == STOP else self._answer(text)
             with self._engine.begin() as connection:
                 connection.execute(
                     table.update()
-                    .where(table.c.id == request_id, table.c.status == PENDING)
-                    .values(
-                        status=status,
-                        answer=answer,
-                        answered_at=datetime.now(UTC),
-                        answered_by_run=self._config.run_id,
-                    )
+                    .where(table.c.id == request_id, table.c.status == CLAIMED)
+                    .values(status=status, answer=answer, answered_at=datetime.now(UTC))
                 )
-            logger.info("reconfiguration request %s %s: %s", request_id, status, answer)
-        return len(pending)
+            logger.info("%s request %s %s: %s", action, request_id, status, answer)
+            answered += 1
+        return answered
+
+    def _claim(self, request_id: int) -> bool:
+        """Take the request before acting on it, unless it was withdrawn meanwhile."""
+        table = backlog_control
+        with self._engine.begin() as connection:
+            result = connection.execute(
+                table.update()
+                .where(table.c.id == request_id, table.c.status == PENDING)
+                .values(status=CLAIMED, answered_by_run=self._config.run_id)
+            )
+        return result.rowcount == 1
 
     def _answer_stop(self) -> tuple[str, str]:
         self._stop_run()

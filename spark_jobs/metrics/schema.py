@@ -90,8 +90,11 @@ backlog_control = Table(
     Index("ix_backlog_control_job_status", "job_name", "status"),
 )
 PENDING, APPLIED, REJECTED = "pending", "applied", "rejected"
-#: A request no run answered in time, taken back by whoever asked, so that a run started
-#: later does not act on it.
+#: A request a run has taken and is acting on; it answers (applied, rejected) next. Taking
+#: it first means a request is either acted on and answered, or withdrawn, never both.
+CLAIMED = "claimed"
+#: A request no run took in time, taken back by whoever asked, so that a run started later
+#: does not act on it.
 WITHDRAWN = "withdrawn"
 RECONFIGURE, STOP = "reconfigure", "stop"
 

@@ -1,6 +1,7 @@
 import json
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -15,6 +16,8 @@ from airflow_provider_backlog.hooks.metrics import (
     MetricsConnectionError,
     RunStart,
 )
+from spark_jobs.backlog.config import BacklogConfig
+from spark_jobs.coordinator.control import ControlPoller
 from spark_jobs.metrics.lease import LeaseStore
 from spark_jobs.metrics.schema import backlog_transitions
 from tests.airflow_provider_backlog.conftest import (
@@ -185,3 +188,24 @@ def test_a_run_has_started_once_it_holds_its_lease_and_has_committed(connected):
     start = hook.run_start("events", "r2")
     assert start == RunStart("r2", T0 + timedelta(seconds=5), "http://driver:4041")
     leases.close()
+
+
+def test_a_request_the_job_took_is_answered_even_after_the_timeout(connected):
+    """The job takes a request before acting on it: one it took while the asker gave up
+    waiting is not withdrawn but answered, so the asker reports what the job did."""
+    config = BacklogConfig.from_spark_conf(
+        {"spark.backlog.job-name": "events", "spark.backlog.metrics.url": connected}
+    )
+    poller = ControlPoller(config, {}, lambda new: time.sleep(1.5), lambda: None, every_s=0.05)
+    poller.start()
+    try:
+        answer = BacklogMetricsHook(CONN_ID).ask(
+            "events",
+            "reconfigure",
+            {"spark.backlog.checkpointing.interval": "5s"},
+            timeout_s=0.5,
+            poll_s=0.05,
+        )
+    finally:
+        poller.close()
+    assert "interval=5s" in answer
