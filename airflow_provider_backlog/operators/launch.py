@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -12,10 +13,9 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.configuration import conf as airflow_conf
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_provider_backlog.hooks.metrics import BacklogMetricsHook, JobRequestError, RunStart
+from airflow_provider_backlog.hooks.metrics import BacklogMetricsHook, RunStart
 from airflow_provider_backlog.hooks.submit import BacklogSubmitHook, DriverProcess, PhaseProfile
 from airflow_provider_backlog.links.spark_ui import SPARK_UI_XCOM_KEY, SparkUILink
-from spark_jobs.metrics.schema import STOP
 
 
 def new_run_id(context: Any) -> str:
@@ -35,9 +35,10 @@ class BacklogLaunchOperator(BaseOperator):
     (the driver itself refuses a second one on its checkpoint too). The task waits for the
     run's first committed checkpoint; then it returns while the job runs on
     (``detach=True``: watch it with the sensors, end it with ``BacklogStopOperator``), or
-    follows the driver's log until the job ends (``detach=False``). Killing the task stops
-    the driver: after its next checkpoint if it gets there within ``kill_grace``, else by
-    ending its process tree. Returns the run's id, Spark UI and first checkpoint time.
+    follows the driver's log until the job ends (``detach=False``). Killing the task ends
+    the driver's whole process tree at once and releases its lease; Spark redoes an
+    interrupted batch from its offset log, so nothing is lost or doubled. Returns the
+    run's id, Spark UI and first checkpoint time.
     """
 
     template_fields = ("job_name", "application", "application_args", "env_vars")
@@ -55,7 +56,6 @@ class BacklogLaunchOperator(BaseOperator):
         metrics_conn_id: str = BacklogMetricsHook.default_conn_name,
         detach: bool = True,
         startup_timeout: timedelta = timedelta(minutes=10),
-        kill_grace: timedelta = timedelta(seconds=30),
         env_vars: dict[str, str] | None = None,
         driver_log_dir: str | None = None,
         poll_interval_s: float = 2.0,
@@ -72,11 +72,14 @@ class BacklogLaunchOperator(BaseOperator):
         self.metrics_conn_id = metrics_conn_id
         self.detach = detach
         self.startup_timeout = startup_timeout
-        self.kill_grace = kill_grace
         self.env_vars = env_vars
         self.driver_log_dir = driver_log_dir
         self.poll_interval_s = poll_interval_s
         self._driver: DriverProcess | None = None
+        self._run_id: str | None = None
+        # Set by on_kill, which Airflow calls from a signal handler that does not raise:
+        # execute checks it wherever it waits, so a killed task neither goes on nor succeeds.
+        self._killed = threading.Event()
 
     @property
     def metrics(self) -> BacklogMetricsHook:
@@ -89,6 +92,9 @@ class BacklogLaunchOperator(BaseOperator):
                 f"job {self.job_name!r} is already running: {running.describe()}. Stop it "
                 "first (BacklogStopOperator) or relaunch it (BacklogRelaunchOperator)"
             )
+        return self._launch(context)
+
+    def _launch(self, context: Any) -> dict[str, Any]:
         run_id = new_run_id(context)
         submit = BacklogSubmitHook(
             job_name=self.job_name,
@@ -99,11 +105,13 @@ class BacklogLaunchOperator(BaseOperator):
             application_args=[str(arg) for arg in self.application_args],
             env_vars=self.env_vars,
         )
+        self._raise_if_killed("before launching")
         self.log.info(
             "launching run %s of job %s: %s", run_id, self.job_name, self.profile.describe()
         )
-        self._driver = submit.start(self.application, self._log_dir() / f"{run_id}.log")
-        start = self._await_start(run_id, self._driver)
+        self._run_id = run_id
+        self._driver = driver = submit.start(self.application, self._log_dir() / f"{run_id}.log")
+        start = self._await_start(run_id, driver)
         ti = context.get("ti") if isinstance(context, dict) else None
         if ti is not None and start.spark_ui_url:
             ti.xcom_push(key=SPARK_UI_XCOM_KEY, value=start.spark_ui_url)
@@ -119,17 +127,18 @@ class BacklogLaunchOperator(BaseOperator):
             "spark_ui_url": start.spark_ui_url,
             "first_committed_at": start.first_committed_at.isoformat(),
             "profile": self.profile.describe(),
-            "driver_log": str(self._driver.log_path),
+            "driver_log": str(driver.log_path),
         }
         if self.detach:
-            self.log.info("job %s runs on; driver log: %s", self.job_name, self._driver.log_path)
+            self.log.info("job %s runs on; driver log: %s", self.job_name, driver.log_path)
             return result
-        for line in self._driver.follow():
+        for line in driver.follow():
             self.log.info("%s", line)
-        if self._driver.exit_code != 0:
+        self._raise_if_killed(f"while run {run_id} ran")
+        if driver.exit_code != 0:
             raise AirflowException(
                 f"run {run_id} of job {self.job_name!r} failed (exit code "
-                f"{self._driver.exit_code}):\n{self._driver.log_tail()}"
+                f"{driver.exit_code}):\n{driver.log_tail()}"
             )
         return result
 
@@ -139,6 +148,7 @@ class BacklogLaunchOperator(BaseOperator):
         deadline = time.monotonic() + self.startup_timeout.total_seconds()
         metrics = self.metrics
         while True:
+            self._raise_if_killed(f"while run {run_id} started")
             start = metrics.run_start(self.job_name, run_id)
             if start is not None:
                 return start
@@ -148,12 +158,18 @@ class BacklogLaunchOperator(BaseOperator):
                     f"before its first checkpoint:\n{driver.log_tail()}"
                 )
             if time.monotonic() >= deadline:
-                self.on_kill()
+                self._end_driver()
                 raise AirflowException(
                     f"run {run_id} of job {self.job_name!r} committed no checkpoint within "
-                    f"{self.startup_timeout}; it was stopped:\n{driver.log_tail()}"
+                    f"{self.startup_timeout}; it was ended:\n{driver.log_tail()}"
                 )
-            time.sleep(self.poll_interval_s)
+            self._killed.wait(self.poll_interval_s)
+
+    def _raise_if_killed(self, when: str) -> None:
+        if self._killed.is_set():
+            raise AirflowException(
+                f"the task was killed {when}; the driver of job {self.job_name!r} was ended"
+            )
 
     def _log_dir(self) -> Path:
         if self.driver_log_dir:
@@ -161,20 +177,20 @@ class BacklogLaunchOperator(BaseOperator):
         return Path(airflow_conf.get("logging", "base_log_folder"), "backlog-drivers")
 
     def on_kill(self) -> None:
-        """Stop the driver this task started: gracefully if it answers and ends within
-        ``kill_grace``, else by ending its process tree. Nothing of it survives."""
-        driver = self._driver
-        if driver is None or driver.exit_code is not None:
+        """End the driver this task started, and stop this task from going on."""
+        self._killed.set()
+        self._end_driver()
+
+    def _end_driver(self) -> None:
+        """End the driver's process tree and release its lease, so that a retry can take
+        over at once instead of waiting for the lease to expire."""
+        driver, run_id = self._driver, self._run_id
+        if driver is None or run_id is None:
             return
-        grace_s = self.kill_grace.total_seconds()
-        try:
-            self.metrics.ask(self.job_name, STOP, timeout_s=grace_s / 2, poll_s=0.5)
-            driver.wait(grace_s / 2)
-        except JobRequestError as error:
-            self.log.warning("no graceful stop (%s): ending the driver", error)
-        finally:
-            driver.end()
-        self.log.info("driver of job %s ended (exit code %s)", self.job_name, driver.exit_code)
+        driver.end()
+        self.log.info("driver of run %s ended (exit code %s)", run_id, driver.exit_code)
+        if self.metrics.release(self.job_name, run_id):
+            self.log.info("released the lease of run %s", run_id)
 
 
 class BacklogRelaunchOperator(BacklogLaunchOperator):
@@ -208,4 +224,4 @@ class BacklogRelaunchOperator(BacklogLaunchOperator):
             )
             self.log.info("job %s: %s", self.job_name, answer)
         stopped = running.run_id if running is not None else None
-        return {**super().execute(context), "stopped_run_id": stopped}
+        return {**self._launch(context), "stopped_run_id": stopped}

@@ -283,3 +283,7 @@ def test_killing_the_launch_task_leaves_no_spark_process_behind(deployment):
     states = task_states(deployment.home, "backlog_phased")
     assert states["launch_backlog_profile"] == "failed"
     assert states["wait_until_live"] == "upstream_failed"
+    assert "the task was killed while run launch_backlog_profile.1." in deployment.log_of(dag_test)
+    # Its lease was released with it: a retry need not wait for it to expire.
+    leases = deployment.rows(sa.select(backlog_leases.c.released_at))
+    assert [lease.released_at is not None for lease in leases] == [True]

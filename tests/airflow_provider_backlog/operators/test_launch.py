@@ -1,7 +1,13 @@
+import subprocess
+import time
+from datetime import UTC, datetime
+
+import psutil
 import pytest
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_provider_backlog.hooks.submit import PhaseProfile
+from airflow_provider_backlog.hooks.metrics import BacklogMetricsHook
+from airflow_provider_backlog.hooks.submit import DriverProcess, PhaseProfile
 from airflow_provider_backlog.operators.launch import BacklogLaunchOperator, new_run_id
 from spark_jobs.metrics.lease import LeaseStore
 from tests.airflow_provider_backlog.conftest import CONN_ID
@@ -62,3 +68,32 @@ def test_run_ids_name_the_task_and_try_and_are_unique():
     first, second = new_run_id({"ti": TaskInstance()}), new_run_id({"ti": TaskInstance()})
     assert first.startswith("launch_backlog_profile.2.") and first != second
     assert len(new_run_id({})) == 8
+
+
+def test_killing_the_task_ends_the_driver_tree_at_once_and_releases_its_lease(connected, tmp_path):
+    leases = LeaseStore(connected)
+    leases.acquire("events", "file:///ck", "r1", 30)
+    operator = launch()
+    log = tmp_path / "driver.log"
+    with log.open("ab") as out:  # a stand-in driver whose child ignores SIGTERM
+        process = subprocess.Popen(
+            ["bash", "-c", "(trap '' TERM; sleep 300) & sleep 300"],
+            stdout=out,
+            stderr=out,
+            start_new_session=True,
+        )
+    operator._driver, operator._run_id = DriverProcess(process, log), "r1"
+    deadline = time.monotonic() + 10
+    while len(operator._driver.tree()) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    tree = operator._driver.tree()
+
+    began = time.monotonic()
+    operator.on_kill()
+    # Airflow SIGKILLs a task 5 s after its SIGTERM, on_kill finished or not.
+    assert time.monotonic() - began < 5
+    assert not [p for p in tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert BacklogMetricsHook(CONN_ID).live_run("events", datetime.now(UTC)) is None
+    with pytest.raises(AirflowException, match=r"^the task was killed while run r1 started"):
+        operator._await_start("r1", operator._driver)
+    leases.close()
