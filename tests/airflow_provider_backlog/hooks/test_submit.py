@@ -164,9 +164,20 @@ def test_following_a_driver_yields_its_log_until_it_ends(tmp_path):
     assert driver.log_tail(1) == "two"
 
 
-def test_the_metrics_password_goes_to_the_drivers_environment_not_its_command(local_spark):
+def test_the_metrics_password_reaches_the_driver_but_not_its_command_line(local_spark, tmp_path):
+    """A real spark-submit of a one-line application that reports what it was given."""
+    application = tmp_path / "report.py"
+    application.write_text(
+        "import os, sys\n"
+        "print('password:', os.environ.get('BACKLOG_METRICS_PASSWORD'))\n"
+        "print('argv:', sys.argv[1:])\n"
+    )
     submit = hook(metrics_url="postgresql://metrics:s3cret@db:5432/metrics")
-    command = submit._build_spark_submit_command("app.py")
+    command = submit._build_spark_submit_command(str(application))
     assert "s3cret" not in " ".join(command)
     assert "spark.backlog.metrics.url=postgresql://metrics@db:5432/metrics" in command
-    assert submit._env == {"BACKLOG_METRICS_PASSWORD": "s3cret"}
+    driver = submit.start(str(application), tmp_path / "driver.log")
+    assert driver.wait(120) == 0, driver.log_tail()
+    log = driver.log_path.read_text()
+    assert "password: s3cret" in log
+    assert "argv: ['--checkpoint', '/data/ck']" in log
