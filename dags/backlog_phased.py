@@ -36,12 +36,16 @@ LAG_RULES = {
     "spark.backlog.lag.offsets.enter-threshold": "50000",
     "spark.backlog.lag.offsets.leave-threshold": "10000",
 }
+#: Resources as spark-submit applies them: on a standalone master the executors are
+#: ``total_executor_cores / executor_cores``; ``num_executors`` counts on YARN and
+#: Kubernetes; in local mode only the driver's memory matters.
 BACKLOG_PROFILE = PhaseProfile(
     interval="5s",
     interval_during_backlog="0",  # no periodic checkpoint: the largest batches the cap allows
     driver_memory="1g",
     executor_memory="2g",
-    num_executors=4,
+    executor_cores=2,
+    total_executor_cores=8,
     conf=LAG_RULES,
 )
 LIVE_PROFILE = PhaseProfile(
@@ -49,7 +53,8 @@ LIVE_PROFILE = PhaseProfile(
     interval_during_backlog="1min",
     driver_memory="768m",
     executor_memory="1g",
-    num_executors=1,
+    executor_cores=1,
+    total_executor_cores=2,
     conf=LAG_RULES,
 )
 

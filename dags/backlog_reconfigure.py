@@ -3,8 +3,8 @@ it keeps committing.
 
 The job's coordinator validates the new intervals as it validates its startup settings and
 answers; a rejection fails ``reconfigure`` with the job's reason, and the job runs on with
-its old settings. Trigger it with a conf such as ``{"interval": "5s"}``, or schedule it,
-e.g. to checkpoint less often at night.
+its old settings. Trigger it with a conf such as ``{"interval": "5s"}`` (a setting left
+out stays as it is), or schedule it, e.g. to checkpoint less often at night.
 """
 
 from __future__ import annotations
@@ -29,8 +29,10 @@ with DAG(
     render_template_as_native_obj=True,
     params={
         "job_name": Param("events", type="string"),
-        "interval": Param("5s", type=["string", "null"]),
-        "interval_during_backlog": Param(None, type=["string", "null"]),
+        "interval": Param(None, type=["string", "null"], description="e.g. 5s"),
+        "interval_during_backlog": Param(
+            None, type=["string", "null"], description="e.g. 2min, or 0"
+        ),
     },
 ):
     running = BacklogFreshnessSensor(

@@ -7,6 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowException
 
 from airflow_provider_backlog.hooks.metrics import BacklogMetricsHook
 from spark_jobs.backlog.config import INTERVAL, INTERVAL_DURING_BACKLOG
@@ -62,14 +63,21 @@ class BacklogReconfigureOperator(_JobRequestOperator):
         self.interval_during_backlog = interval_during_backlog
 
     def execute(self, context: Any) -> str:
+        # Templates may render to None (native rendering of an empty param) or a number.
         wanted = (
             (INTERVAL, self.interval),
             (INTERVAL_DURING_BACKLOG, self.interval_during_backlog),
         )
+        settings = {key: str(value) for key, value in wanted if value not in (None, "")}
+        if not settings:
+            raise AirflowException(
+                "interval and interval_during_backlog are both empty once rendered "
+                f"({self.interval!r}, {self.interval_during_backlog!r}): set at least one"
+            )
         answer = self.hook.ask(
-            self.job_name,
+            str(self.job_name),
             RECONFIGURE,
-            {key: value for key, value in wanted if value is not None},
+            settings,
             timeout_s=self.answer_timeout.total_seconds(),
             poll_s=self.poll_interval_s,
         )
