@@ -1,16 +1,19 @@
 """Launching a phased job with spark-submit, through the Spark provider's ``SparkSubmitHook``.
 
 The Spark connection says where the job runs (master, deploy mode, spark-submit binary); a
-``PhaseProfile`` says how: its checkpoint intervals and its resources. The driver runs in a
-process group of its own with its output in a file, because in client mode (local and
-standalone masters) the driver is the spark-submit process, and it must outlive a task
-that returns after the first checkpoint. Ending a driver ends its whole process tree (the
-JVM, the Python driver, Python workers), so nothing of it survives.
+``PhaseProfile`` says how: its checkpoint intervals and its resources. spark-submit runs in
+a process group of its own with its output in a file. In client mode (local and standalone
+masters, or YARN and Kubernetes when asked) the driver is that process, and it must outlive
+a task that returns after the first checkpoint; ending it ends its whole process tree (the
+JVM, the Python driver, Python workers), so nothing of it survives. In cluster mode (YARN
+and Kubernetes) the driver runs in the cluster: spark-submit returns once it has submitted
+it, and ending it means asking the cluster to kill the application.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import logging
 import os
 import re
@@ -26,6 +29,7 @@ from typing import Any
 import psutil
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.sdk.exceptions import AirflowException, AirflowNotFoundException
+from sqlalchemy import make_url
 
 from spark_jobs.backlog.config import (
     INTERVAL,
@@ -44,6 +48,10 @@ logger = logging.getLogger(__name__)
 _MEMORY = re.compile(r"^[1-9]\d*[kmgtp]?b?$", re.IGNORECASE)
 #: Keys the launch sets itself, per job and run.
 _LAUNCH_KEYS = (JOB_NAME, RUN_ID, METRICS_URL)
+#: Hosts a driver in the cluster cannot reach the metrics database at.
+_LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1", "0.0.0.0")
+#: Where a driver in a Kubernetes cluster gets the metrics password from a secret.
+K8S_PASSWORD_SECRET = f"spark.kubernetes.driver.secretKeyRef.{METRICS_PASSWORD_ENV}"
 
 
 @dataclass(frozen=True)
@@ -119,10 +127,21 @@ class PhaseProfile:
 
 @dataclass
 class DriverProcess:
-    """A spark-submit started by ``BacklogSubmitHook.start``: its process and its log."""
+    """A spark-submit started by ``BacklogSubmitHook.start``: its process and its log.
+
+    ``submits_only``: it submits a driver to the cluster and returns (cluster mode, not
+    waiting for the application), so its ending with exit code 0 is no sign of the job's.
+    """
 
     process: subprocess.Popen[bytes]
     log_path: Path
+    submits_only: bool = False
+
+    @property
+    def failed(self) -> bool:
+        """It has ended, and that means the driver has (or never started)."""
+        code = self.exit_code
+        return code is not None and (code != 0 or not self.submits_only)
 
     @property
     def pid(self) -> int:
@@ -189,9 +208,11 @@ class BacklogSubmitHook(SparkSubmitHook):
 
     Unlike the plain hook, it refuses a Spark connection that does not exist (the plain hook
     silently submits to YARN then), finds spark-submit next to this interpreter when it is
-    not on PATH (a virtual environment that is not activated), and starts the driver in a
-    process group of its own so that it can run on after the task and be ended as a whole.
-    Client mode only, as on local and standalone masters.
+    not on PATH (a virtual environment that is not activated), and starts spark-submit in a
+    process group of its own so that a client-mode driver can run on after the task and be
+    ended as a whole. Cluster mode is taken on YARN and Kubernetes (a standalone master does
+    not run Python applications in cluster mode); with ``detach`` spark-submit then returns
+    once the application is submitted.
     """
 
     def __init__(
@@ -204,10 +225,11 @@ class BacklogSubmitHook(SparkSubmitHook):
         conn_id: str = "spark_default",
         application_args: list[str] | None = None,
         env_vars: dict[str, str] | None = None,
+        detach: bool = True,
         **kwargs: Any,
     ):
         try:
-            self.get_connection(conn_id)
+            connection = self.get_connection(conn_id)
         except AirflowNotFoundException:
             raise AirflowException(
                 f"Spark connection {conn_id!r} is not defined, and without it spark-submit "
@@ -215,6 +237,15 @@ class BacklogSubmitHook(SparkSubmitHook):
                 'AIRFLOW_CONN_SPARK_DEFAULT=\'{"conn_type": "spark", "host": "local[2]"}\' '
                 "or spark://master.example.com:7077"
             ) from None
+        master = connection.host or ""
+        if master.startswith("k8s://") and not importlib.util.find_spec(
+            "airflow.providers.cncf.kubernetes"
+        ):
+            raise AirflowException(
+                f"Spark connection {conn_id!r} has the Kubernetes master {master!r}, for which "
+                "SparkSubmitHook needs apache-airflow-providers-cncf-kubernetes: install "
+                "airflow-provider-backlog[kubernetes]"
+            )
         # The password goes to the local driver's environment (client mode), neither onto
         # its command line nor into conf the hook would add for a YARN or Kubernetes master.
         metrics_url, self._metrics_password = split_password(metrics_url)
@@ -229,11 +260,53 @@ class BacklogSubmitHook(SparkSubmitHook):
             **profile.resources(),
             **kwargs,
         )
-        if self._connection["deploy_mode"] == "cluster":
-            raise AirflowException(
-                f"Spark connection {conn_id!r} asks for deploy mode 'cluster'; this launcher "
-                "runs the driver in client mode (local and standalone masters) only"
+        self.cluster_mode = self._connection["deploy_mode"] == "cluster"
+        if self.cluster_mode:
+            self._check_cluster_mode(conn_id, metrics_url, env_vars or {})
+            if detach:  # spark-submit returns once submitted; the metrics tell the rest
+                wait_key = (
+                    "spark.yarn.submit.waitAppCompletion"
+                    if self._is_yarn
+                    else "spark.kubernetes.submission.waitAppCompletion"
+                )
+                self._conf.setdefault(wait_key, "false")
+        self.submits_only = (
+            self.cluster_mode
+            and self._conf.get(
+                "spark.yarn.submit.waitAppCompletion",
+                self._conf.get("spark.kubernetes.submission.waitAppCompletion", "true"),
             )
+            == "false"
+        )
+
+    def _check_cluster_mode(self, conn_id: str, metrics_url: str, env_vars: dict) -> None:
+        """The driver will run in the cluster: it needs a master that runs Python drivers
+        there, a metrics database it can reach, and the password from the cluster."""
+        master = self._connection["master"]
+        if not (self._is_yarn or self._is_kubernetes):
+            raise AirflowException(
+                f"Spark connection {conn_id!r} asks for deploy mode 'cluster' on master "
+                f"{master!r}; cluster mode runs Python applications on YARN and Kubernetes "
+                "only: use deploy mode 'client' there (the default)"
+            )
+        url = make_url(metrics_url)
+        if url.get_backend_name() == "sqlite" or (url.host or "") in _LOOPBACK_HOSTS:
+            raise AirflowException(
+                f"metrics database {url.render_as_string()!r} cannot be reached from a driver "
+                "in the cluster (deploy mode 'cluster'): use a PostgreSQL host the cluster "
+                "can reach"
+            )
+        if self._metrics_password is None or METRICS_PASSWORD_ENV in env_vars:
+            return
+        if self._is_kubernetes and K8S_PASSWORD_SECRET in self._conf:
+            return
+        raise AirflowException(
+            "the metrics connection has a password, which a driver in the cluster cannot get "
+            "from this worker: give it to the driver through the cluster, with the profile's "
+            f"conf {K8S_PASSWORD_SECRET}=<secret>:<key> on Kubernetes, or "
+            f"env_vars={{{METRICS_PASSWORD_ENV!r}: '{{{{ conn.<id>.password }}}}'}} (sent as "
+            "driver environment, masked in logs and redacted in Spark's UI)"
+        )
 
     def _get_spark_binary_path(self) -> list[str]:
         binary = self._connection["spark_binary"]
@@ -263,8 +336,29 @@ class BacklogSubmitHook(SparkSubmitHook):
                 env=env,
                 start_new_session=True,
             )
-        self.log.info("driver started (pid %s), its log: %s", process.pid, log_path)
-        return DriverProcess(process, log_path)
+        self.log.info("spark-submit started (pid %s), its log: %s", process.pid, log_path)
+        return DriverProcess(process, log_path, submits_only=self.submits_only)
+
+    def cluster_kill_command(self, log_path: Path) -> list[str] | None:
+        """In cluster mode, the command that kills the submitted application, identified
+        from spark-submit's log as ``SparkSubmitHook`` does; None in client mode, or when
+        the log names no application yet."""
+        if not self.cluster_mode or not log_path.exists():
+            return None
+        with log_path.open(errors="replace") as log:
+            self._process_spark_submit_log(log)
+        if self._is_yarn and self._yarn_application_id:
+            return ["yarn", "application", "-kill", self._yarn_application_id]
+        if self._is_kubernetes and self._kubernetes_driver_pod:
+            namespace = self._connection["namespace"] or "default"
+            return [
+                *self._get_spark_binary_path(),
+                "--master",
+                self._connection["master"],
+                "--kill",
+                f"{namespace}:{self._kubernetes_driver_pod}",
+            ]
+        return None
 
 
 def _signal_group(pgid: int, signum: signal.Signals) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
 import uuid
@@ -76,6 +77,7 @@ class BacklogLaunchOperator(BaseOperator):
         self.driver_log_dir = driver_log_dir
         self.poll_interval_s = poll_interval_s
         self._driver: DriverProcess | None = None
+        self._submit: BacklogSubmitHook | None = None
         self._run_id: str | None = None
         # Set by on_kill, which Airflow calls from a signal handler that does not raise:
         # execute checks it wherever it waits, so a killed task neither goes on nor succeeds.
@@ -104,12 +106,13 @@ class BacklogLaunchOperator(BaseOperator):
             conn_id=self.spark_conn_id,
             application_args=[str(arg) for arg in self.application_args],
             env_vars=self.env_vars,
+            detach=self.detach,
         )
         self._raise_if_killed("before launching")
         self.log.info(
             "launching run %s of job %s: %s", run_id, self.job_name, self.profile.describe()
         )
-        self._run_id = run_id
+        self._run_id, self._submit = run_id, submit
         self._driver = driver = submit.start(self.application, self._log_dir() / f"{run_id}.log")
         start = self._await_start(run_id, driver)
         ti = context.get("ti") if isinstance(context, dict) else None
@@ -152,7 +155,7 @@ class BacklogLaunchOperator(BaseOperator):
             start = metrics.run_start(self.job_name, run_id)
             if start is not None:
                 return start
-            if driver.exit_code is not None:
+            if driver.failed:
                 raise AirflowException(
                     f"run {run_id} of job {self.job_name!r} ended (exit code {driver.exit_code}) "
                     f"before its first checkpoint:\n{driver.log_tail()}"
@@ -182,15 +185,39 @@ class BacklogLaunchOperator(BaseOperator):
         self._end_driver()
 
     def _end_driver(self) -> None:
-        """End the driver's process tree and release its lease, so that a retry can take
-        over at once instead of waiting for the lease to expire."""
-        driver, run_id = self._driver, self._run_id
+        """End the driver and release its lease, so that a retry can take over at once
+        instead of waiting for the lease to expire. In cluster mode the lease is released
+        only once the cluster has killed the application: a driver still running under a
+        released lease would be joined by a second one."""
+        driver, run_id, submit = self._driver, self._run_id, self._submit
         if driver is None or run_id is None:
             return
         driver.end()
-        self.log.info("driver of run %s ended (exit code %s)", run_id, driver.exit_code)
+        self.log.info("spark-submit of run %s ended (exit code %s)", run_id, driver.exit_code)
+        in_cluster = submit is not None and submit.cluster_mode
+        if in_cluster and not self._kill_in_cluster(submit, driver, run_id):
+            return
         if self.metrics.release(self.job_name, run_id):
             self.log.info("released the lease of run %s", run_id)
+
+    def _kill_in_cluster(
+        self, submit: BacklogSubmitHook, driver: DriverProcess, run_id: str
+    ) -> bool:
+        command = submit.cluster_kill_command(driver.log_path)
+        if command is None:
+            self.log.warning(
+                "run %s: spark-submit's log names no application to kill; stop it in the "
+                "cluster, its lease expires once its driver is gone",
+                run_id,
+            )
+            return False
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=3)
+        except (OSError, subprocess.TimeoutExpired) as error:
+            self.log.warning("run %s: %s failed: %s", run_id, " ".join(command), error)
+            return False
+        self.log.info("run %s: %s: exit code %s", run_id, " ".join(command), done.returncode)
+        return done.returncode == 0
 
 
 class BacklogRelaunchOperator(BacklogLaunchOperator):

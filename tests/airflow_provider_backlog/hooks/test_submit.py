@@ -118,13 +118,118 @@ def test_a_missing_spark_connection_is_an_error_not_yarn():
     )
 
 
-def test_cluster_deploy_mode_is_refused(monkeypatch):
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_SPARK_TEST",
-        json.dumps({"conn_type": "spark", "host": "yarn", "extra": {"deploy-mode": "cluster"}}),
+def spark_connection(monkeypatch, master: str, deploy_mode: str, **extra: str) -> None:
+    connection = {"conn_type": "spark", "host": master, "extra": {"deploy-mode": deploy_mode}}
+    connection["extra"] |= extra
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_TEST", json.dumps(connection))
+
+
+REACHABLE_METRICS = "postgresql://metrics:secret@db.example.com:5432/metrics"
+
+
+def conf_of(command: list[str]) -> dict[str, str]:
+    pairs = [command[i + 1] for i, arg in enumerate(command) if arg == "--conf"]
+    return dict(pair.split("=", 1) for pair in pairs)
+
+
+@pytest.mark.parametrize(
+    ("master", "wait_key"),
+    [
+        ("yarn", "spark.yarn.submit.waitAppCompletion"),
+        ("k8s://https://k8s.example.com:6443", "spark.kubernetes.submission.waitAppCompletion"),
+    ],
+)
+def test_cluster_mode_on_yarn_and_kubernetes_submits_and_returns(monkeypatch, master, wait_key):
+    spark_connection(monkeypatch, master, "cluster")
+    submit = hook(
+        metrics_url=REACHABLE_METRICS,
+        env_vars={"BACKLOG_METRICS_PASSWORD": "secret"},
     )
-    with pytest.raises(AirflowException, match="asks for deploy mode 'cluster'"):
-        hook()
+    command = submit._build_spark_submit_command("/app/events_pipeline.py")
+    assert command[command.index("--deploy-mode") + 1] == "cluster"
+    conf = conf_of(command)
+    assert conf[wait_key] == "false"
+    assert conf["spark.backlog.metrics.url"] == "postgresql://metrics@db.example.com:5432/metrics"
+    assert submit.cluster_mode and submit.submits_only
+    # Supervised (detach=False), spark-submit follows the application to its end.
+    assert not hook(
+        metrics_url=REACHABLE_METRICS, detach=False, env_vars={"BACKLOG_METRICS_PASSWORD": "secret"}
+    ).submits_only
+
+
+def test_a_submit_only_spark_submit_that_exits_0_has_not_failed(tmp_path):
+    done = subprocess.Popen(["true"])
+    done.wait()
+    assert not DriverProcess(done, tmp_path / "log", submits_only=True).failed
+    assert DriverProcess(done, tmp_path / "log").failed
+    broken = subprocess.Popen(["false"])
+    broken.wait()
+    assert DriverProcess(broken, tmp_path / "log", submits_only=True).failed
+
+
+def test_cluster_mode_on_a_standalone_master_is_refused_by_name(monkeypatch):
+    spark_connection(monkeypatch, "spark://master.example.com:7077", "cluster")
+    with pytest.raises(AirflowException) as raised:
+        hook(metrics_url=REACHABLE_METRICS)
+    assert str(raised.value).startswith(
+        "Spark connection 'spark_test' asks for deploy mode 'cluster' on master "
+        "'spark://master.example.com:7077'; cluster mode runs Python applications on YARN "
+        "and Kubernetes only"
+    )
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "sqlite:////var/lib/backlog/metrics.db",
+        "postgresql://metrics@127.0.0.1:5432/metrics",
+        "postgresql://metrics@localhost/metrics",
+    ],
+)
+def test_cluster_mode_refuses_a_metrics_database_the_cluster_cannot_reach(monkeypatch, url):
+    spark_connection(monkeypatch, "yarn", "cluster")
+    with pytest.raises(AirflowException) as raised:
+        hook(metrics_url=url)
+    assert str(raised.value).startswith(f"metrics database {url!r} cannot be reached from a driver")
+
+
+def test_cluster_mode_needs_the_metrics_password_from_the_cluster(monkeypatch):
+    spark_connection(monkeypatch, "k8s://https://k8s.example.com:6443", "cluster")
+    with pytest.raises(AirflowException) as raised:
+        hook(metrics_url=REACHABLE_METRICS)
+    assert "spark.kubernetes.driver.secretKeyRef.BACKLOG_METRICS_PASSWORD=<secret>:<key>" in str(
+        raised.value
+    )
+    secret = {"spark.kubernetes.driver.secretKeyRef.BACKLOG_METRICS_PASSWORD": "metrics:password"}
+    submit = hook(metrics_url=REACHABLE_METRICS, profile=PhaseProfile("2s", conf=secret))
+    command = submit._build_spark_submit_command("app.py")
+    assert "secret" not in " ".join(command).replace("secretKeyRef", "")
+    assert submit._metrics_password == "secret"  # kept for nothing: the cluster supplies it
+
+
+def test_the_cluster_kill_command_names_the_application_from_the_log(monkeypatch, tmp_path):
+    log = tmp_path / "submit.log"
+    log.write_text("INFO Client: Submitted application application_1700000000000_0042\n")
+    spark_connection(monkeypatch, "yarn", "cluster")
+    yarn = hook(metrics_url="postgresql://metrics@db.example.com/metrics")
+    assert yarn.cluster_kill_command(tmp_path / "missing.log") is None
+    assert yarn.cluster_kill_command(log) == [
+        "yarn",
+        "application",
+        "-kill",
+        "application_1700000000000_0042",
+    ]
+    log.write_text("\t pod name: events-4f1c2d9e8a7b6c5d-driver\n")
+    spark_connection(monkeypatch, "k8s://https://k8s.example.com:6443", "cluster", namespace="jobs")
+    k8s = hook(metrics_url="postgresql://metrics@db.example.com/metrics")
+    assert k8s.cluster_kill_command(log)[-4:] == [
+        "--master",
+        "k8s://https://k8s.example.com:6443",
+        "--kill",
+        "jobs:events-4f1c2d9e8a7b6c5d-driver",
+    ]
+    spark_connection(monkeypatch, "local[2]", "client")
+    assert hook().cluster_kill_command(log) is None
 
 
 def test_a_templated_job_name_is_checked_once_rendered(local_spark):

@@ -7,7 +7,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_provider_backlog.hooks.metrics import BacklogMetricsHook
-from airflow_provider_backlog.hooks.submit import DriverProcess, PhaseProfile
+from airflow_provider_backlog.hooks.submit import BacklogSubmitHook, DriverProcess, PhaseProfile
 from airflow_provider_backlog.operators.launch import BacklogLaunchOperator, new_run_id
 from spark_jobs.metrics.lease import LeaseStore
 from tests.airflow_provider_backlog.conftest import CONN_ID
@@ -19,9 +19,7 @@ def launch(**kwargs) -> BacklogLaunchOperator:
         job_name="events",
         application="/app/events_pipeline.py",
         profile=PhaseProfile("2s", "1min"),
-        metrics_conn_id=CONN_ID,
-        spark_conn_id="no_such_spark",
-        **kwargs,
+        **({"metrics_conn_id": CONN_ID, "spark_conn_id": "no_such_spark"} | kwargs),
     )
 
 
@@ -96,4 +94,37 @@ def test_killing_the_task_ends_the_driver_tree_at_once_and_releases_its_lease(co
     assert BacklogMetricsHook(CONN_ID).live_run("events", datetime.now(UTC)) is None
     with pytest.raises(AirflowException, match=r"^the task was killed while run r1 started"):
         operator._await_start("r1", operator._driver)
+    leases.close()
+
+
+def test_in_cluster_mode_a_kill_the_cluster_did_not_confirm_keeps_the_lease(
+    connected, tmp_path, monkeypatch
+):
+    """The driver runs in YARN: ending spark-submit does not end it, so the lease stays
+    held (a retry would start a second driver) unless ``yarn application -kill`` worked."""
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_SPARK_YARN",
+        '{"conn_type": "spark", "host": "yarn", "extra": {"deploy-mode": "cluster"}}',
+    )
+    monkeypatch.setenv("PATH", str(tmp_path))  # no yarn command here: the kill fails
+    leases = LeaseStore(connected)
+    leases.acquire("events", "file:///ck", "r1", 30)
+    operator = launch(spark_conn_id="spark_yarn")
+    operator._submit = BacklogSubmitHook(
+        job_name="events",
+        run_id="r1",
+        profile=PhaseProfile("2s"),
+        metrics_url="postgresql://metrics@db.example.com/metrics",
+        conn_id="spark_yarn",
+    )
+    log = tmp_path / "submit.log"
+    log.write_text("INFO Client: Submitted application application_1700000000000_0042\n")
+    submitted = subprocess.Popen(["/bin/true"])
+    submitted.wait()
+    operator._driver = DriverProcess(submitted, log, submits_only=True)
+    operator._run_id = "r1"
+    assert not operator._driver.failed, "spark-submit returning after submitting is no failure"
+
+    operator.on_kill()
+    assert BacklogMetricsHook(CONN_ID).live_run("events", datetime.now(UTC)).run_id == "r1"
     leases.close()
