@@ -34,6 +34,7 @@ OFFSET_LAG_LEAVE = "spark.backlog.lag.offsets.leave-threshold"
 WATERMARK_LAG_ENTER = "spark.backlog.lag.watermark.enter-threshold"
 WATERMARK_LAG_LEAVE = "spark.backlog.lag.watermark.leave-threshold"
 LAG_MIN_DWELL = "spark.backlog.lag.min-dwell"
+METRICS_RETENTION = "spark.backlog.metrics.retention"
 
 DEFAULTS = {
     INTERVAL: "30s",
@@ -59,6 +60,7 @@ KNOWN_KEYS = (
     WATERMARK_LAG_LEAVE,
     LAG_MIN_DWELL,
     LEASE_TTL,
+    METRICS_RETENTION,
 )
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:+-]{0,199}$")
 _NAME_RULE = "1-200 characters: letters, digits and _ . : + - (starting with a letter or digit)"
@@ -94,6 +96,8 @@ class BacklogConfig:
     #: How long the driver's lease lives unless renewed (renewed every third of it).
     lease_ttl_s: float
     lag_rules: LagRules
+    #: The job's checkpoint and transition rows older than this are deleted (None: kept).
+    metrics_retention_s: float | None = None
 
     @classmethod
     def from_spark_conf(cls, conf: Mapping[str, str], app_name: str | None = None) -> BacklogConfig:
@@ -217,6 +221,9 @@ class BacklogConfig:
             lag_rules=LagRules(
                 offsets=offset_lag, watermark_s=watermark_lag, min_dwell_s=min_dwell or 0.0
             ),
+            metrics_retention_s=duration(
+                METRICS_RETENTION, 1.0, f"must be at least 1s ({DURATION_FORMAT})"
+            ),
         )
         if problems:
             raise ConfigError(problems)
@@ -239,6 +246,8 @@ class BacklogConfig:
             line += f" watermark-lag=enter>{format_duration(enter)},leave<={format_duration(leave)}"
         if lag.offsets is not None or lag.watermark_s is not None:
             line += f" lag-min-dwell={format_duration(lag.min_dwell_s)}"
+        if self.metrics_retention_s is not None:
+            line += f" metrics-retention={format_duration(self.metrics_retention_s)}"
         return line
 
 

@@ -38,7 +38,7 @@ from spark_jobs.coordinator.coordinator import BacklogCoordinator, DecisionAppli
 from spark_jobs.coordinator.listener import ProgressListener
 from spark_jobs.metrics.lease import LeaseKeeper, LeaseStore
 from spark_jobs.metrics.schema import METRICS_PASSWORD_ENV, with_password
-from spark_jobs.metrics.writer import MetricsWriter
+from spark_jobs.metrics.writer import MetricsWriter, Retention
 from spark_jobs.sources.gate import PlanChannel
 from spark_jobs.sources.hybrid import HybridDataSource
 from spark_jobs.sources.kafka_source import BacklogKafkaDataSource
@@ -99,7 +99,12 @@ class BacklogRuntime:
         database = hashlib.sha256(self.config.metrics_url.encode()).hexdigest()[:12]
         spill_name = f"{self.config.job_name}-{database}.jsonl"
         spill = Path(tempfile.gettempdir(), "backlog-metrics-spill", spill_name)
-        self.recorder = MetricsWriter(self.config.metrics_url, spill_path=spill)
+        retention = self.config.metrics_retention_s
+        self.recorder = MetricsWriter(
+            self.config.metrics_url,
+            spill_path=spill,
+            retention=None if retention is None else Retention(self.config.job_name, retention),
+        )
         self._channel_dir = Path(tempfile.mkdtemp(prefix=f"backlog-{self.config.job_name}-"))
         self._no_data_batches = conf.get(NO_DATA_BATCHES)
         self.coordinator: BacklogCoordinator | None = None

@@ -180,6 +180,30 @@ def create_tables(engine: sqlalchemy.Engine | sqlalchemy.Connection) -> None:
     metadata.create_all(engine, checkfirst=True)
 
 
+def delete_rows_before(connection: sqlalchemy.Connection, job_name: str, cutoff: datetime) -> int:
+    """Delete ``job_name``'s checkpoints and transitions from before ``cutoff``, except its
+    latest row of each (a sensor reads a stopped job's last state); returns how many.
+    Each table's (job_name, time) index finds them."""
+    cutoff = _require_utc(cutoff, "cutoff")
+    deleted = 0
+    for table, time_column in (
+        (backlog_checkpoints, backlog_checkpoints.c.committed_at),
+        (backlog_transitions, backlog_transitions.c.at),
+    ):
+        latest = (
+            sqlalchemy.select(sqlalchemy.func.max(table.c.id))
+            .where(table.c.job_name == job_name)
+            .scalar_subquery()
+        )
+        result = connection.execute(
+            table.delete().where(
+                table.c.job_name == job_name, time_column < cutoff, table.c.id != latest
+            )
+        )
+        deleted += result.rowcount
+    return deleted
+
+
 def _sqlite_pragmas(dbapi_connection: object, _record: object) -> None:
     cursor = dbapi_connection.cursor()  # type: ignore[attr-defined]
     try:

@@ -3,7 +3,8 @@
 Rows are buffered in memory and written by a background thread, one transaction per flush.
 While the database is unreachable they wait (in order) and are retried with backoff; rows
 still waiting at ``close()`` go to a spill file that the next writer delivers first.
-Inserts ignore rows already present, so delivering a row twice is harmless.
+Inserts ignore rows already present, so delivering a row twice is harmless. With a
+``Retention``, the same thread deletes the job's rows once they are older than it.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import NamedTuple
 
@@ -31,6 +32,7 @@ from spark_jobs.metrics.schema import (
     TransitionRow,
     as_utc,
     create_tables,
+    delete_rows_before,
     make_engine,
     row_values,
 )
@@ -52,6 +54,20 @@ _NULLABLE = frozenset({"effective_interval_ms", "watermark", "observed_metrics"}
 _BIGINT = (-(2**63), 2**63 - 1)
 
 Row = CheckpointRow | TransitionRow
+
+
+@dataclasses.dataclass(frozen=True)
+class Retention:
+    """Keep ``job_name``'s checkpoint and transition rows for ``keep_s`` seconds (each
+    table's latest row of the job stays whatever its age: it is the job's last state)."""
+
+    job_name: str
+    keep_s: float
+
+    @property
+    def every_s(self) -> float:
+        """How often to delete: a tenth of the retention, between 1 s and 10 min."""
+        return min(max(self.keep_s / 10, 1.0), 600.0)
 
 
 class _Entry(NamedTuple):
@@ -136,6 +152,7 @@ class MetricsWriter:
         spill_path: str | os.PathLike[str] | None = None,
         flush_interval_s: float = 0.5,
         max_backoff_s: float = 10.0,
+        retention: Retention | None = None,
     ):
         self._url = url
         self._display_url = make_url(url).render_as_string(hide_password=True)
@@ -158,6 +175,8 @@ class MetricsWriter:
         self._tables_ready = False
         self._down_since: float | None = None
         self._last_warning = 0.0
+        self._retention = retention
+        self._next_prune = 0.0
 
         # Rows up to _spill_holds_upto are already in the spill file, which may be removed
         # once they are written if _spill_removable (it holds nothing else).
@@ -385,9 +404,10 @@ class MetricsWriter:
                         return
                     self._wake = False
                     batch = list(self._buffer)
-                if not batch and self._tables_ready:
-                    continue
-                failures = 0 if self._attempt(batch) else failures + 1
+                if batch or not self._tables_ready:
+                    failures = 0 if self._attempt(batch) else failures + 1
+                if self._tables_ready:
+                    self._prune_if_due()
             except Exception:
                 log.exception("metrics writer loop failed unexpectedly; continuing")
                 failures += 1
@@ -418,6 +438,26 @@ class MetricsWriter:
             self._cond.notify_all()
         self._forget_spill_file()
         return True
+
+    def _prune_if_due(self) -> None:
+        retention = self._retention
+        if retention is None or time.monotonic() < self._next_prune or self._engine is None:
+            return
+        self._next_prune = time.monotonic() + retention.every_s
+        cutoff = datetime.now(UTC) - timedelta(seconds=retention.keep_s)
+        try:
+            with self._engine.begin() as connection:
+                deleted = delete_rows_before(connection, retention.job_name, cutoff)
+        except Exception as error:  # the next write reports a database that went away
+            log.warning("could not delete metrics rows older than %s: %s", cutoff, _describe(error))
+            return
+        if deleted:
+            log.info(
+                "deleted %s of job %s older than %s (retention)",
+                _plural(deleted),
+                retention.job_name,
+                cutoff.isoformat(),
+            )
 
     def _failed(self, error: BaseException) -> None:
         now = time.monotonic()

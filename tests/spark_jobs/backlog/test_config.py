@@ -34,6 +34,7 @@ def test_defaults():
     assert config.metrics_url == "sqlite:///backlog_metrics.db"
     assert len(config.run_id) == 32
     assert config.lag_rules == LagRules(offsets=None, watermark_s=None, min_dwell_s=0)
+    assert config.metrics_retention_s is None
 
 
 def test_reads_every_key():
@@ -47,6 +48,7 @@ def test_reads_every_key():
             "spark.backlog.run-id": "manual__2026-11-21",
             "spark.backlog.metrics.url": "postgresql://u:p@127.0.0.1:5432/metrics",
             "spark.backlog.file-source.pending-files-threshold": "3",
+            "spark.backlog.metrics.retention": "7d",
         }
     )
     assert (config.interval_s, config.interval_during_backlog_s, config.min_pause_s) == (
@@ -58,6 +60,7 @@ def test_reads_every_key():
     assert (config.job_name, config.run_id) == ("orders", "manual__2026-11-21")
     assert config.metrics_url.startswith("postgresql://")
     assert config.pending_files_threshold == 3
+    assert config.metrics_retention_s == 7 * 86400
 
 
 def test_interval_during_backlog_zero_disables_periodic_checkpoints_in_backlog():
@@ -115,6 +118,8 @@ def test_backlog_interval_shorter_than_interval_is_refused_with_flinks_reason():
         ("lag.watermark.enter-threshold", "300", "a unit is required"),
         ("lag.min-dwell", "a while", "expected a number with a unit"),
         ("lease.ttl", "1s", "must be at least 3s"),
+        ("metrics.retention", "500ms", "must be at least 1s"),
+        ("metrics.retention", "forever", "expected a number with a unit"),
     ],
 )
 def test_each_invalid_value_is_named_with_what_is_allowed(key, value, expected):

@@ -476,3 +476,41 @@ def test_unreadable_spill_lines_are_kept_aside(tmp_path, sqlite_url, open_writer
     ]
     assert (tmp_path / "spill.jsonl.rejected").read_text(encoding="utf-8") == torn + "\n"
     assert any(f"{spill} line 2 is unreadable" in m for m in messages(caplog, logging.ERROR))
+
+
+def test_retention_deletes_the_jobs_old_rows_but_its_latest_and_no_other_jobs(
+    backend, open_writer, caplog
+):
+    now = datetime.now(UTC)
+    old, recent = now - timedelta(days=3), now - timedelta(hours=1)
+    other = checkpoint(0, job_name="payments", committed_at=old)
+    writer = open_writer(backend.url, flush_interval_s=MANUAL)
+    for batch_id in range(4):  # three days old
+        writer.record_checkpoint(
+            checkpoint(batch_id, committed_at=old + timedelta(seconds=batch_id))
+        )
+    writer.record_checkpoint(checkpoint(4, committed_at=recent))
+    writer.record_checkpoint(other)
+    writer.record_transition(TransitionRow("orders", "run-1", old, True, "history is behind"))
+    writer.record_transition(TransitionRow("orders", "run-1", old + timedelta(1), False, "live"))
+    assert writer.flush(timeout_s=10)
+    writer.close()
+
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    pruning = open_writer(
+        backend.url, flush_interval_s=0.05, retention=writer_module.Retention("orders", 2 * 86400)
+    )
+    assert wait_until(lambda: len(stored_checkpoints(backend.url)) == 2)
+    assert stored_checkpoints(backend.url) == [checkpoint(4, committed_at=recent), other]
+    # The job's latest transition stays: it says what the job's status was last.
+    assert [t.reason for t in stored_transitions(backend.url)] == ["live"]
+    assert wait_until(
+        lambda: any("deleted 5 rows of job orders" in m for m in messages(caplog, logging.INFO))
+    )
+    pruning.close()
+
+
+def test_retention_runs_every_tenth_of_its_length_between_1_s_and_10_min():
+    assert writer_module.Retention("orders", 5).every_s == 1.0
+    assert writer_module.Retention("orders", 3600).every_s == 360.0
+    assert writer_module.Retention("orders", 7 * 86400).every_s == 600.0
