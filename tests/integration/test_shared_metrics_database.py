@@ -1,0 +1,191 @@
+"""One PostgreSQL metrics database shared by several jobs and the sensors watching them.
+
+Each job is a process of its own, writing as a job's driver does (its lease, its
+checkpoints and transitions through ``MetricsWriter``), while sensors in this process poll
+every job. Nothing is lost or doubled, and each sensor answers for its own job only:
+never live before that job is, and live once it is. The sensors' queries are answered
+from indexes.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import time
+from datetime import UTC, datetime
+
+import pytest
+import sqlalchemy as sa
+
+from airflow_provider_backlog.hooks.metrics import BacklogMetricsHook
+from airflow_provider_backlog.sensors.metrics import BacklogFreshnessSensor, BacklogPhaseSensor
+from spark_jobs.metrics.lease import LeaseStore
+from spark_jobs.metrics.schema import (
+    CheckpointRow,
+    TransitionRow,
+    backlog_checkpoints,
+    backlog_transitions,
+    make_engine,
+    metadata,
+)
+from spark_jobs.metrics.writer import MetricsWriter
+
+BATCHES = 240
+#: Each job turns live at its own batch, so the sensors become true at different times.
+LIVE_FROM = {"orders": 60, "payments": 120, "clicks": 180, "refunds": 230}
+
+
+def run_job(url: str, job: str, live_from: int, go: multiprocessing.Event) -> None:
+    """A job's driver, as far as the metrics database sees it."""
+    run_id = f"{job}-run"
+    leases = LeaseStore(url)
+    lease = leases.acquire(job, f"file:///checkpoints/{job}", run_id, 30.0)
+    writer = MetricsWriter(url, flush_interval_s=0.02)
+    go.wait()
+    for batch_id in range(BATCHES):
+        now = datetime.now(UTC)
+        if batch_id == live_from:
+            writer.record_transition(TransitionRow(job, run_id, now, False, "caught up"))
+        writer.record_checkpoint(
+            CheckpointRow(
+                job_name=job,
+                run_id=run_id,
+                batch_id=batch_id,
+                committed_at=now,
+                is_backlog=batch_id < live_from,
+                effective_interval_ms=2000,
+                num_input_rows=batch_id,
+                batch_duration_ms=10,
+                watermark=None,
+                sources=json.dumps([{"name": "events", "is_backlog": batch_id < live_from}]),
+                observed_metrics=None,
+            )
+        )
+        time.sleep(0.01)
+    writer.close()
+    leases.release(lease)
+    leases.close()
+
+
+@pytest.fixture
+def shared_database(postgres_server, monkeypatch):
+    postgres_server.start()
+    url = postgres_server.url
+    engine = make_engine(url)
+    metadata.drop_all(engine)
+    metadata.create_all(engine)
+    engine.dispose()
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_BACKLOG_METRICS_DEFAULT",
+        json.dumps({"conn_type": "backlog_metrics", "extra": {"url": url}}),
+    )
+    return url
+
+
+def test_several_jobs_write_while_sensors_poll_and_each_sensor_answers_for_its_job(
+    shared_database,
+):
+    spawn = multiprocessing.get_context("spawn")
+    go = spawn.Event()
+    jobs = [
+        spawn.Process(target=run_job, args=(shared_database, job, live_from, go))
+        for job, live_from in LIVE_FROM.items()
+    ]
+    for process in jobs:
+        process.start()
+    live_sensors = {
+        job: BacklogPhaseSensor(
+            task_id=f"{job}_live", job_name=job, phase="live", for_checkpoints=2
+        )
+        for job in LIVE_FROM
+    }
+    fresh_sensors = {
+        job: BacklogFreshnessSensor(task_id=f"{job}_fresh", job_name=job, within=30)
+        for job in LIVE_FROM
+    }
+    answers: dict[str, dict] = {}
+    polls = 0
+    go.set()
+    while len(answers) < len(LIVE_FROM) and any(p.is_alive() for p in jobs):
+        for job, sensor in live_sensors.items():
+            if job not in answers:
+                answer = sensor.poke({})
+                polls += 1
+                if answer:
+                    answers[job] = answer.xcom_value
+                    assert fresh_sensors[job].poke({}), f"{job} is live but not fresh"
+    for process in jobs:
+        process.join(60)
+        assert process.exitcode == 0, f"a job's writer failed: {process}"
+    assert polls > 4 * len(LIVE_FROM), "the sensors polled while the jobs wrote"
+
+    engine = make_engine(shared_database)
+    with engine.connect() as connection:
+        rows = connection.execute(
+            sa.select(
+                backlog_checkpoints.c.job_name,
+                backlog_checkpoints.c.batch_id,
+                backlog_checkpoints.c.committed_at,
+                backlog_checkpoints.c.is_backlog,
+            ).order_by(backlog_checkpoints.c.id)
+        ).all()
+        transitions = connection.execute(
+            sa.select(backlog_transitions.c.job_name, backlog_transitions.c.is_backlog)
+        ).all()
+    engine.dispose()
+    for job, live_from in LIVE_FROM.items():
+        batches = [row for row in rows if row.job_name == job]
+        assert [row.batch_id for row in batches] == list(range(BATCHES)), f"{job}: rows lost"
+        assert [row.is_backlog for row in batches] == [b < live_from for b in range(BATCHES)]
+        # The sensor answered once the job had two live checkpoints, not before.
+        answer = answers.get(job)
+        assert answer is not None, f"the sensor never saw {job} live"
+        assert (answer["run_id"], answer["phase"]) == (f"{job}-run", "live")
+        seen = next(
+            row.batch_id
+            for row in batches
+            if row.committed_at.isoformat() == answer["last_committed_at"]
+        )
+        assert seen >= live_from + 1, f"{job}: live after batch {seen}, but live from {live_from}"
+    assert sorted(transitions) == sorted((job, False) for job in LIVE_FROM)
+    # Every job let go of its lease: no sensor may take a stopped job for a running one.
+    hook = BacklogMetricsHook()
+    assert all(hook.live_run(job, datetime.now(UTC)) is None for job in LIVE_FROM)
+
+
+#: What the sensors, the launcher and retention ask of the tables.
+QUERIES = {
+    "a job's latest checkpoints (phase and freshness sensors)": (
+        "SELECT run_id, committed_at, is_backlog FROM backlog_checkpoints "
+        "WHERE job_name = 'orders' ORDER BY committed_at DESC, id DESC LIMIT 2"
+    ),
+    "a run's first checkpoint (launch)": (
+        "SELECT min(committed_at) FROM backlog_checkpoints "
+        "WHERE job_name = 'orders' AND run_id = 'orders-run'"
+    ),
+    "a job's old checkpoints (retention)": (
+        "DELETE FROM backlog_checkpoints WHERE job_name = 'orders' AND committed_at < now()"
+    ),
+    "a job's old transitions (retention)": (
+        "DELETE FROM backlog_transitions WHERE job_name = 'orders' AND at < now()"
+    ),
+    "a job's pending requests (the job's control poller)": (
+        "SELECT id FROM backlog_control WHERE job_name = 'orders' AND status = 'pending'"
+    ),
+    "a job's lease (launch, sensors)": (
+        "SELECT run_id FROM backlog_leases WHERE job_name = 'orders'"
+    ),
+}
+
+
+@pytest.mark.parametrize("query", QUERIES)
+def test_the_sensors_queries_are_answered_from_an_index(shared_database, query):
+    engine = make_engine(shared_database)
+    with engine.begin() as connection:
+        # Small tables would be scanned anyway: is there an index that fits?
+        connection.execute(sa.text("SET LOCAL enable_seqscan = off"))
+        plan = connection.execute(sa.text(f"EXPLAIN {QUERIES[query]}")).scalars().all()
+    engine.dispose()
+    shown = "\n".join(plan)
+    assert "Seq Scan" not in shown, shown
+    assert "Index" in shown, shown
