@@ -39,10 +39,16 @@ PARTITIONS = 8
 DAGS_FOLDER = Path(__file__).resolve().parents[2] / "dags"
 
 
-def airflow_environment(home: Path, data: Path) -> dict[str, str]:
-    """Airflow on SQLite in ``home``, reading ``dags/``, with local Spark and SQLite metrics
-    as its connections; spark-submit and airflow from this interpreter's environment."""
+def airflow_environment(
+    home: Path, data: Path, spark_master: str = "local[2]", metrics_url: str | None = None
+) -> dict[str, str]:
+    """Airflow on SQLite in ``home``, reading ``dags/``, with ``spark_master`` and the metrics
+    database (by default a SQLite file in ``data``) as its connections; spark-submit and
+    airflow from this interpreter's environment."""
     bin_dir = os.path.dirname(sys.executable)
+    metrics: dict[str, object] = {"host": str(data / "metrics" / "metrics.db")}
+    if metrics_url is not None:
+        metrics = {"extra": {"url": metrics_url}}
     return {
         **job_environment(),
         "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
@@ -50,9 +56,9 @@ def airflow_environment(home: Path, data: Path) -> dict[str, str]:
         "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS_FOLDER),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__PARALLELISM": "4",
-        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": spark_master}),
         "AIRFLOW_CONN_BACKLOG_METRICS_DEFAULT": json.dumps(
-            {"conn_type": "backlog_metrics", "host": str(data / "metrics" / "metrics.db")}
+            {"conn_type": "backlog_metrics", **metrics}
         ),
         "BACKLOG_DATA_DIR": str(data),
     }

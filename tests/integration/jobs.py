@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TypeVar
 
 import pandas as pd
 import pyarrow as pa
@@ -33,16 +34,20 @@ from spark_jobs.demo.data import (
 from spark_jobs.jobs.launch import job_environment, spark_submit_command
 from spark_jobs.metrics.schema import as_utc, backlog_checkpoints, backlog_transitions, make_engine
 
+T = TypeVar("T")
+
 KAFKA_TOPIC = "events"
 KAFKA_PARTITIONS = 4
 
 
 @dataclass(frozen=True)
 class JobDirs:
-    """Where one job keeps everything; its live phase is a topic when a broker is given."""
+    """Where one job keeps everything; its live phase is a topic when a broker is given,
+    its metrics go to a SQLite file in ``root`` unless a database URL is given."""
 
     root: Path
     bootstrap_servers: str | None = None
+    metrics_database: str | None = None
 
     @property
     def history(self) -> Path:
@@ -66,7 +71,7 @@ class JobDirs:
 
     @property
     def metrics_url(self) -> str:
-        return f"sqlite:///{self.metrics_dir}/metrics.db"
+        return self.metrics_database or f"sqlite:///{self.metrics_dir}/metrics.db"
 
     def args(self) -> list[str]:
         live = ["--landing", str(self.landing)]
@@ -167,20 +172,23 @@ def kill_hard(process: subprocess.Popen) -> None:
 
 
 def wait_for(
-    condition: Callable[[], bool],
+    condition: Callable[[], T],
     what: str,
     timeout_s: float,
     process: subprocess.Popen | None = None,
-) -> None:
+    poll_s: float = 0.5,
+) -> T:
+    """The condition's first true value; fails if ``process`` ends or time runs out first."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if condition():
-            return
+        value = condition()
+        if value:
+            return value
         if process is not None and process.poll() is not None:
             raise AssertionError(
                 f"job exited ({process.returncode}) before {what}:\n{log_of(process)[-4000:]}"
             )
-        time.sleep(0.5)
+        time.sleep(poll_s)
     tail = log_of(process)[-4000:] if process is not None else ""
     raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}\n{tail}")
 
@@ -211,7 +219,7 @@ def transitions(dirs: JobDirs) -> list[dict]:
 
 
 def _rows(dirs: JobDirs, table: sa.Table, order: sa.Column) -> list[dict]:
-    if not (dirs.metrics_dir / "metrics.db").exists():
+    if dirs.metrics_database is None and not (dirs.metrics_dir / "metrics.db").exists():
         return []
     engine = make_engine(dirs.metrics_url)
     try:

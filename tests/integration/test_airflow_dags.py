@@ -1,8 +1,10 @@
-"""The example DAGs end to end: ``airflow dags test`` with real Spark, a real Kafka-protocol
-broker and SQLite metrics, as a user runs them. The phased DAG launches, waits until live
-and relaunches with the live profile; the reconfigure DAG changes the running job's
-interval, or is refused with the job's reason; a driver killed from outside makes a sensor
-fail by name; killing the launch task leaves no Spark process behind."""
+"""The example DAGs end to end: ``airflow dags test`` with real Spark and a real
+Kafka-protocol broker, as a user runs them. On a Spark standalone cluster on loopback with
+PostgreSQL metrics, the phased DAG launches, loses a worker in the middle of the backlog,
+waits until live and relaunches with the live profile; the reconfigure DAG changes the
+running job's interval, or is refused with the job's reason; a driver killed from outside
+makes a sensor fail by name, and a relaunch takes over from the checkpoint, exactly once.
+In local mode with SQLite metrics, killing the launch task leaves no Spark process behind."""
 
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ import os
 import signal
 import subprocess
 import time
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -26,6 +30,7 @@ from airflow_provider_backlog.operators.control import BacklogReconfigureOperato
 from airflow_provider_backlog.operators.launch import BacklogLaunchOperator
 from airflow_provider_backlog.triggers.metrics import JobExpectationTrigger
 from spark_jobs.demo.airflow_demo import airflow, airflow_environment, task_states
+from spark_jobs.demo.cluster import StandaloneCluster
 from spark_jobs.demo.data import KafkaProducerThread, history_range, write_history
 from spark_jobs.jobs import events_pipeline
 from spark_jobs.metrics.schema import backlog_control, backlog_leases, make_engine, metadata
@@ -34,6 +39,7 @@ from tests.integration.jobs import (
     KAFKA_TOPIC,
     JobDirs,
     assert_exactly_once,
+    checkpoints,
     now,
     wait_for,
 )
@@ -43,22 +49,31 @@ PHASED = ["launch_backlog_profile", "wait_until_live", "relaunch_live_profile", 
 
 
 class Deployment:
-    """An Airflow home on SQLite reading ``dags/``, with local Spark and SQLite metrics as its
-    connections, a file backlog, and a topic with events waiting and live ones arriving."""
+    """An Airflow home on SQLite reading ``dags/``, with a Spark master and a metrics
+    database as its connections (local Spark and SQLite unless given), a file backlog, and a
+    topic with events waiting and live ones arriving."""
 
-    def __init__(self, root: Path, bootstrap_servers: str):
+    def __init__(
+        self,
+        root: Path,
+        bootstrap_servers: str,
+        spark_master: str = "local[2]",
+        metrics_url: str | None = None,
+        history_events: int = 40_000,
+    ):
         self.root = root
         self.data = root / "data"
         self.home = root / "airflow"
-        self.env = airflow_environment(self.home, self.data)
-        self.dirs = JobDirs(self.data, bootstrap_servers)
+        self.env = airflow_environment(self.home, self.data, spark_master, metrics_url)
+        self.dirs = JobDirs(self.data, bootstrap_servers, metrics_url)
         self.metrics_url = self.dirs.metrics_url
         self.dirs.metrics_dir.mkdir(parents=True)
         engine = make_engine(self.metrics_url)
+        metadata.drop_all(engine)
         metadata.create_all(engine)
         engine.dispose()
         start, end = history_range(now())
-        first_live_id = write_history(self.data / "history", 40_000, 4, start, end)
+        first_live_id = write_history(self.data / "history", history_events, 4, start, end)
         self.producer = KafkaProducerThread(
             bootstrap_servers, KAFKA_TOPIC, KAFKA_PARTITIONS, first_live_id, 500
         )
@@ -105,14 +120,6 @@ class Deployment:
         finally:
             engine.dispose()
 
-    def checkpoints(self) -> list[sa.Row]:
-        return self.rows(
-            sa.text(
-                "SELECT run_id, batch_id, is_backlog, effective_interval_ms "
-                "FROM backlog_checkpoints ORDER BY batch_id"
-            )
-        )
-
     def xcom(self, task_id: str, key: str) -> object:
         engine = sa.create_engine(f"sqlite:///{self.home / 'airflow.db'}")
         try:
@@ -129,14 +136,78 @@ class Deployment:
         if self.producer.is_alive():
             self.producer.stop()
 
+    def driver_log(self, task_id: str) -> str:
+        """The driver's output of the run ``task_id`` launched (its first try)."""
+        logs = self.home / "logs" / "backlog-drivers"
+        (path,) = logs.glob(f"{task_id}.1.*.log")
+        return path.read_text(errors="replace")
+
+
+@contextlib.contextmanager
+def deployed(*args: object, **kwargs: object) -> Iterator[Deployment]:
+    deployment = Deployment(*args, **kwargs)  # type: ignore[arg-type]
+    try:
+        yield deployment
+    finally:
+        deployment.close()
+        for process in job_processes(JOB, deployment.data):
+            process.kill()
+
 
 @pytest.fixture
 def deployment(tmp_path, broker):
-    deployed = Deployment(tmp_path, broker.bootstrap_servers)
-    yield deployed
-    deployed.close()
-    for process in job_processes(JOB, deployed.data):
-        process.kill()
+    with deployed(tmp_path, broker.bootstrap_servers) as local:
+        yield local
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    """A Spark standalone cluster on loopback: a master and two workers, each offering the
+    cores and memory the example DAG's backlog profile asks of an executor."""
+    with StandaloneCluster(tmp_path / "cluster", workers=2, worker_memory="3g") as started:
+        yield started
+
+
+@pytest.fixture
+def cluster_deployment(tmp_path, broker, cluster, postgres_server):
+    postgres_server.start()
+    with deployed(
+        tmp_path, broker.bootstrap_servers, cluster.master_url, postgres_server.url, 120_000
+    ) as on_cluster:
+        yield on_cluster
+
+
+def busy_executor(spark_ui_url: str) -> str | None:
+    """The id of an executor running tasks now, from the driver's REST API."""
+    try:
+        with urllib.request.urlopen(f"{spark_ui_url}/api/v1/applications", timeout=2) as answer:
+            (application,) = json.load(answer)
+        executors_url = f"{spark_ui_url}/api/v1/applications/{application['id']}/executors"
+        with urllib.request.urlopen(executors_url, timeout=2) as answer:
+            executors = json.load(answer)
+    except (OSError, ValueError):
+        return None
+    busy = [e["id"] for e in executors if e["id"] != "driver" and e["activeTasks"] > 0]
+    return busy[0] if busy else None
+
+
+def kill_a_worker_while_it_runs_the_backlog(deployment: Deployment, cluster, dag_test) -> int:
+    """SIGKILL the worker whose executor is running tasks of the first (backlog) batch."""
+    lease = wait_for(
+        lambda: deployment.rows(sa.select(backlog_leases.c.spark_ui_url)),
+        "the driver to take its lease",
+        180,
+        dag_test,
+    )
+    spark_ui_url = lease[0].spark_ui_url
+    executor = wait_for(
+        lambda: busy_executor(spark_ui_url), "an executor running tasks", 180, dag_test, 0.1
+    )
+    worker = cluster.worker_of_executor(executor)
+    assert worker is not None, f"no worker runs executor {executor}"
+    assert not checkpoints(deployment.dirs), "the backlog's first batch was still running"
+    assert cluster.kill_worker(worker)
+    return worker
 
 
 def job_processes(job: str, data: Path) -> list[psutil.Process]:
@@ -153,28 +224,39 @@ def job_processes(job: str, data: Path) -> list[psutil.Process]:
 
 def live_intervals_ms(deployment: Deployment, run_id: str) -> list[int]:
     return [
-        row.effective_interval_ms
-        for row in deployment.checkpoints()
-        if row.run_id == run_id and not row.is_backlog
+        row["effective_interval_ms"]
+        for row in checkpoints(deployment.dirs)
+        if row["run_id"] == run_id and not row["is_backlog"]
     ]
 
 
-def test_the_phased_dag_relaunches_with_the_live_profile_and_the_job_answers_airflow(
-    deployment, monkeypatch
+def test_on_a_cluster_the_phased_dag_survives_a_lost_worker_relaunches_and_answers_airflow(
+    cluster_deployment, cluster, monkeypatch
 ):
-    states = deployment.run_dag("backlog_phased", 600)
-    assert states == dict.fromkeys(PHASED, "success"), deployment.root
+    deployment = cluster_deployment
+    dag_test = deployment.dags_test("backlog_phased")
+    try:
+        kill_a_worker_while_it_runs_the_backlog(deployment, cluster, dag_test)
+        dag_test.wait(600)
+    finally:
+        if dag_test.poll() is None:
+            dag_test.kill()
+    states = task_states(deployment.home, "backlog_phased")
+    assert states == dict.fromkeys(PHASED, "success"), deployment.log_of(dag_test)
+    assert cluster.alive_workers() == 1
+    # The lost tasks ran again on the other worker's executor.
+    assert "Lost executor" in deployment.driver_log("launch_backlog_profile")
 
     # Two runs on one checkpoint: the backlog profile's, then the live profile's.
-    rows = deployment.checkpoints()
-    runs = list(dict.fromkeys(row.run_id for row in rows))
+    rows = checkpoints(deployment.dirs)
+    runs = list(dict.fromkeys(row["run_id"] for row in rows))
     assert [run.split(".")[:2] for run in runs] == [
         ["launch_backlog_profile", "1"],
         ["relaunch_live_profile", "1"],
     ]
     first, second = runs
-    assert [row.batch_id for row in rows] == list(range(len(rows))), "not one checkpoint"
-    assert rows[0].is_backlog, "the first run started on the backlog"
+    assert [row["batch_id"] for row in rows] == list(range(len(rows))), "not one checkpoint"
+    assert rows[0]["is_backlog"], "the first run started on the backlog"
     assert set(live_intervals_ms(deployment, first)) == {5000}
     assert set(live_intervals_ms(deployment, second)) == {2000}
     transitions = deployment.rows(
@@ -220,8 +302,8 @@ def test_the_phased_dag_relaunches_with_the_live_profile_and_the_job_answers_air
     )
     requests = deployment.rows(sa.select(backlog_control.c.status).order_by(backlog_control.c.id))
     assert [request.status for request in requests] == ["applied", "applied", "rejected"]
-    count = len(deployment.checkpoints())
-    wait_for(lambda: len(deployment.checkpoints()) >= count + 2, "the job running on", 60)
+    count = len(checkpoints(deployment.dirs))
+    wait_for(lambda: len(checkpoints(deployment.dirs)) >= count + 2, "the job running on", 60)
 
     # The driver is killed from outside: a waiting sensor's trigger fails naming the cause.
     driver = job_processes(JOB, deployment.data)
@@ -256,7 +338,7 @@ def test_the_phased_dag_relaunches_with_the_live_profile_and_the_job_answers_air
     )
     result = supervised.execute({})
     assert result["run_id"] not in runs
-    assert result["run_id"] in {row.run_id for row in deployment.checkpoints()}
+    assert result["run_id"] in {row["run_id"] for row in checkpoints(deployment.dirs)}
     assert_exactly_once(deployment.dirs, window_s=10.0)
 
 
