@@ -9,7 +9,8 @@ relaunch the job runs on; the last task checks it keeps committing.
 
 Connections: ``spark_default`` (the master, e.g. host ``local[2]`` or
 ``spark://host:7077``) and ``backlog_metrics_default`` (the metrics database). The data
-and the broker come from the run's conf (``params`` below).
+and the broker come from the run's conf (``params`` below), by default from the
+environment: ``BACKLOG_DATA_DIR``, ``BACKLOG_KAFKA_BOOTSTRAP_SERVERS``, ``BACKLOG_KAFKA_TOPIC``.
 """
 
 from __future__ import annotations
@@ -87,8 +88,10 @@ with DAG(
             type="string",
             description="holds history/ (parquet), and gets output/ and checkpoint/",
         ),
-        "kafka_bootstrap_servers": Param("127.0.0.1:9092", type="string"),
-        "kafka_topic": Param("events", type="string"),
+        "kafka_bootstrap_servers": Param(
+            os.environ.get("BACKLOG_KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"), type="string"
+        ),
+        "kafka_topic": Param(os.environ.get("BACKLOG_KAFKA_TOPIC", "events"), type="string"),
     },
 ):
     launch = BacklogLaunchOperator(
