@@ -321,11 +321,7 @@ class BacklogSubmitHook(SparkSubmitHook):
     def start(self, application: str, log_path: Path) -> DriverProcess:
         """Start spark-submit in its own process group, its output going to ``log_path``."""
         command = self._build_spark_submit_command(application)
-        # Executors' Python workers need an interpreter with the job's code: this one,
-        # unless the deployment says otherwise.
-        env = {"PYSPARK_PYTHON": sys.executable, **os.environ, **(self._env or {})}
-        if self._metrics_password is not None:
-            env[METRICS_PASSWORD_ENV] = self._metrics_password
+        env = self.submit_environment()
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with log_path.open("ab") as log:
             process = subprocess.Popen(
@@ -338,6 +334,19 @@ class BacklogSubmitHook(SparkSubmitHook):
             )
         self.log.info("spark-submit started (pid %s), its log: %s", process.pid, log_path)
         return DriverProcess(process, log_path, submits_only=self.submits_only)
+
+    def submit_environment(self) -> dict[str, str]:
+        """spark-submit's environment: this worker's, the ``env_vars``, and for a driver
+        running here its Python and the metrics password."""
+        env = {**os.environ, **(self._env or {})}
+        if self.cluster_mode:  # spark-submit would hand this host's paths to the cluster
+            return env
+        # Executors' Python workers need an interpreter with the job's code: this one,
+        # unless the deployment says otherwise.
+        env.setdefault("PYSPARK_PYTHON", sys.executable)
+        if self._metrics_password is not None:
+            env[METRICS_PASSWORD_ENV] = self._metrics_password
+        return env
 
     def cluster_kill_command(self, log_path: Path) -> list[str] | None:
         """In cluster mode, the command that kills the submitted application, identified

@@ -157,6 +157,21 @@ def test_cluster_mode_on_yarn_and_kubernetes_submits_and_returns(monkeypatch, ma
     ).submits_only
 
 
+def test_the_local_driver_gets_this_python_and_the_password_a_cluster_driver_neither(
+    monkeypatch,
+):
+    monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
+    spark_connection(monkeypatch, "spark://127.0.0.1:7077", "client")
+    local = hook(metrics_url=REACHABLE_METRICS).submit_environment()
+    assert local["PYSPARK_PYTHON"] == sys.executable
+    assert local["BACKLOG_METRICS_PASSWORD"] == "secret"
+    spark_connection(monkeypatch, "yarn", "cluster")
+    remote = hook(metrics_url=REACHABLE_METRICS, env_vars={"BACKLOG_METRICS_PASSWORD": "secret"})
+    assert "PYSPARK_PYTHON" not in remote.submit_environment()
+    conf = conf_of(remote._build_spark_submit_command("app.py"))
+    assert conf["spark.yarn.appMasterEnv.BACKLOG_METRICS_PASSWORD"] == "secret"
+
+
 def test_a_submit_only_spark_submit_that_exits_0_has_not_failed(tmp_path):
     done = subprocess.Popen(["true"])
     done.wait()
