@@ -172,7 +172,7 @@ def cluster(tmp_path):
 def cluster_deployment(tmp_path, broker, cluster, postgres_server):
     postgres_server.start()
     with deployed(
-        tmp_path, broker.bootstrap_servers, cluster.master_url, postgres_server.url, 120_000
+        tmp_path, broker.bootstrap_servers, cluster.master_url, postgres_server.url, 60_000
     ) as on_cluster:
         yield on_cluster
 

@@ -1,5 +1,10 @@
-"""SIGKILL in the middle of the backlog and again in real time: the output stays exactly-once."""
+"""SIGKILL in the middle of the backlog and again in real time, then a second driver on the
+same checkpoint refused by the driver itself, and a stop from Airflow's stop operator after
+a commit: the output stays exactly-once."""
 
+import json
+
+from airflow_provider_backlog.operators.control import BacklogStopOperator
 from tests.integration.jobs import (
     JobDirs,
     assert_exactly_once,
@@ -9,14 +14,21 @@ from tests.integration.jobs import (
     console_job,
     finish,
     kill_hard,
+    log_of,
     transitions,
     wait_for,
 )
 
 
-def test_killed_in_backlog_and_in_real_time_then_restarted(tmp_path):
+def test_killed_in_backlog_and_in_real_time_then_restarted_and_stopped_from_airflow(
+    tmp_path, monkeypatch
+):
     dirs = JobDirs(tmp_path)
-    producer = backlog_then_live(dirs, 200_000, 40, events_per_s=300, file_every_s=0.5)
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_JOB_METRICS",
+        json.dumps({"conn_type": "backlog_metrics", "host": str(dirs.metrics_dir / "metrics.db")}),
+    )
+    producer = backlog_then_live(dirs, 90_000, 18, events_per_s=300, file_every_s=0.5)
     # Small backlog batches, so that a kill lands in the middle of the backlog.
     conf = base_conf(
         dirs, "restarts", interval="1s", interval_during_backlog="1min", max_batch_rows="15000"
@@ -24,14 +36,13 @@ def test_killed_in_backlog_and_in_real_time_then_restarted(tmp_path):
     try:
         job = console_job(dirs, conf)
         wait_for(
-            lambda: sum(r["is_backlog"] for r in checkpoints(dirs)) >= 3,
-            "3 backlog checkpoints",
+            lambda: sum(r["is_backlog"] for r in checkpoints(dirs)) >= 2,
+            "2 backlog checkpoints",
             180,
             job,
         )
         kill_hard(job)
-        killed_at = max(r["batch_id"] for r in checkpoints(dirs))
-        assert any(r["is_backlog"] for r in checkpoints(dirs))
+        assert all(r["is_backlog"] for r in checkpoints(dirs)), "killed after the backlog"
 
         job = console_job(dirs, conf)
         wait_for(
@@ -41,12 +52,26 @@ def test_killed_in_backlog_and_in_real_time_then_restarted(tmp_path):
             job,
         )
         kill_hard(job)
+        killed_again_at = max(r["batch_id"] for r in checkpoints(dirs))
 
-        job = console_job(dirs, conf, "--stop-when-idle", "3s", "--timeout", "240s")
-        wait_for(lambda: len(checkpoints(dirs)) >= killed_at + 20, "more checkpoints", 120, job)
+        job = console_job(dirs, conf, "--timeout", "240s")
+        wait_for(
+            lambda: len(checkpoints(dirs)) >= killed_again_at + 2, "more checkpoints", 120, job
+        )
+        second = console_job(dirs, conf)
+        assert second.wait(120) == 2
+        refusal = log_of(second)
+        assert "job 'restarts' at checkpoint file://" in refusal
+        assert "is already run by" in refusal
+
+        # Stopped from Airflow while data still arrives: after a commit, cleanly.
+        stop = BacklogStopOperator(
+            task_id="stop", job_name="restarts", metrics_conn_id="job_metrics", poll_interval_s=0.2
+        )
+        assert stop.execute({}).endswith("stops after its next committed checkpoint")
+        finish(job, 60)
     finally:
         producer.stop()
-    finish(job, 120)
 
     rows = checkpoints(dirs)
     batch_ids = [r["batch_id"] for r in rows]
