@@ -13,7 +13,6 @@ it, and ending it means asking the cluster to kill the application.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import logging
 import os
 import re
@@ -48,8 +47,15 @@ logger = logging.getLogger(__name__)
 _MEMORY = re.compile(r"^[1-9]\d*[kmgtp]?b?$", re.IGNORECASE)
 #: Keys the launch sets itself, per job and run.
 _LAUNCH_KEYS = (JOB_NAME, RUN_ID, METRICS_URL)
+#: How spark-submit names what it submitted: YARN's application id, Kubernetes' submission
+#: id (``namespace:driver-pod``) or, in older releases, the driver pod alone.
+_YARN_APPLICATION = re.compile(r"application_\d+_\d+")
+_K8S_SUBMISSION = re.compile(r"submission ID (\S+:\S+-driver)")
+_K8S_DRIVER_POD = re.compile(r"pod name: (\S+-driver)\s*$", re.MULTILINE)
 #: Hosts a driver in the cluster cannot reach the metrics database at.
 _LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1", "0.0.0.0")
+#: This host's interpreters, which mean nothing to a driver in the cluster.
+_LOCAL_PYTHON = ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")
 #: Where a driver in a Kubernetes cluster gets the metrics password from a secret.
 K8S_PASSWORD_SECRET = f"spark.kubernetes.driver.secretKeyRef.{METRICS_PASSWORD_ENV}"
 
@@ -139,7 +145,8 @@ class DriverProcess:
 
     @property
     def failed(self) -> bool:
-        """It has ended, and that means the driver has (or never started)."""
+        """The driver has ended (or never started): spark-submit ended, and not just after
+        submitting the driver to the cluster."""
         code = self.exit_code
         return code is not None and (code != 0 or not self.submits_only)
 
@@ -176,6 +183,13 @@ class DriverProcess:
         started (Python workers may sit in groups of their own), SIGKILL to whatever is
         left after ``timeout_s``. Quick, because Airflow kills a task ``on_kill`` has not
         finished within 5 s of its SIGTERM."""
+        if self.exit_code is not None:
+            # Reaped: its pid may belong to another process by now. Only the group it led
+            # can hold what it left (a client-mode driver's Python); a submit-only
+            # spark-submit left nothing here.
+            if not self.submits_only:
+                _signal_group(self.pid, signal.SIGKILL)
+            return
         tree = self.tree()
         _signal_group(self.pid, signal.SIGTERM)
         _signal(tree, psutil.Process.terminate)
@@ -238,9 +252,7 @@ class BacklogSubmitHook(SparkSubmitHook):
                 "or spark://master.example.com:7077"
             ) from None
         master = connection.host or ""
-        if master.startswith("k8s://") and not importlib.util.find_spec(
-            "airflow.providers.cncf.kubernetes"
-        ):
+        if master.startswith("k8s://") and not _kubernetes_provider_installed():
             raise AirflowException(
                 f"Spark connection {conn_id!r} has the Kubernetes master {master!r}, for which "
                 "SparkSubmitHook needs apache-airflow-providers-cncf-kubernetes: install "
@@ -261,25 +273,21 @@ class BacklogSubmitHook(SparkSubmitHook):
             **kwargs,
         )
         self.cluster_mode = self._connection["deploy_mode"] == "cluster"
+        self.submits_only = False
         if self.cluster_mode:
             self._check_cluster_mode(conn_id, metrics_url, env_vars or {})
-            if detach:  # spark-submit returns once submitted; the metrics tell the rest
-                wait_key = (
-                    "spark.yarn.submit.waitAppCompletion"
-                    if self._is_yarn
-                    else "spark.kubernetes.submission.waitAppCompletion"
-                )
-                self._conf.setdefault(wait_key, "false")
-        self.submits_only = (
-            self.cluster_mode
-            and self._conf.get(
-                "spark.yarn.submit.waitAppCompletion",
-                self._conf.get("spark.kubernetes.submission.waitAppCompletion", "true"),
+            wait_key = (
+                "spark.yarn.submit.waitAppCompletion"
+                if self._is_yarn
+                else "spark.kubernetes.submission.waitAppCompletion"
             )
-            == "false"
-        )
+            if detach:  # spark-submit returns once submitted; the metrics tell the rest
+                self._conf.setdefault(wait_key, "false")
+            self.submits_only = str(self._conf.get(wait_key, "true")).lower() == "false"
 
-    def _check_cluster_mode(self, conn_id: str, metrics_url: str, env_vars: dict) -> None:
+    def _check_cluster_mode(
+        self, conn_id: str, metrics_url: str, env_vars: Mapping[str, str]
+    ) -> None:
         """The driver will run in the cluster: it needs a master that runs Python drivers
         there, a metrics database it can reach, and the password from the cluster."""
         master = self._connection["master"]
@@ -305,7 +313,8 @@ class BacklogSubmitHook(SparkSubmitHook):
             "from this worker: give it to the driver through the cluster, with the profile's "
             f"conf {K8S_PASSWORD_SECRET}=<secret>:<key> on Kubernetes, or "
             f"env_vars={{{METRICS_PASSWORD_ENV!r}: '{{{{ conn.<id>.password }}}}'}} (sent as "
-            "driver environment, masked in logs and redacted in Spark's UI)"
+            "driver environment conf: masked in task logs and redacted in Spark's UI, but on "
+            "spark-submit's command line and in the application's launch context)"
         )
 
     def _get_spark_binary_path(self) -> list[str]:
@@ -338,9 +347,10 @@ class BacklogSubmitHook(SparkSubmitHook):
     def submit_environment(self) -> dict[str, str]:
         """spark-submit's environment: this worker's, the ``env_vars``, and for a driver
         running here its Python and the metrics password."""
+        if self.cluster_mode:  # spark-submit would hand this host's interpreter to the cluster
+            local = {k: v for k, v in os.environ.items() if k not in _LOCAL_PYTHON}
+            return {**local, **(self._env or {})}
         env = {**os.environ, **(self._env or {})}
-        if self.cluster_mode:  # spark-submit would hand this host's paths to the cluster
-            return env
         # Executors' Python workers need an interpreter with the job's code: this one,
         # unless the deployment says otherwise.
         env.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -349,25 +359,39 @@ class BacklogSubmitHook(SparkSubmitHook):
         return env
 
     def cluster_kill_command(self, log_path: Path) -> list[str] | None:
-        """In cluster mode, the command that kills the submitted application, identified
-        from spark-submit's log as ``SparkSubmitHook`` does; None in client mode, or when
-        the log names no application yet."""
+        """In cluster mode, the command that kills the submitted application, named in
+        spark-submit's log (YARN's application id, Kubernetes' submission id
+        ``namespace:driver-pod``); None in client mode, or when the log names none yet."""
         if not self.cluster_mode or not log_path.exists():
             return None
-        with log_path.open(errors="replace") as log:
-            self._process_spark_submit_log(log)
-        if self._is_yarn and self._yarn_application_id:
-            return ["yarn", "application", "-kill", self._yarn_application_id]
-        if self._is_kubernetes and self._kubernetes_driver_pod:
+        text = log_path.read_text(errors="replace")
+        if self._is_yarn:
+            found = _YARN_APPLICATION.search(text)
+            return ["yarn", "application", "-kill", found.group(0)] if found else None
+        submission = _K8S_SUBMISSION.search(text)
+        if submission is None:
+            pod = _K8S_DRIVER_POD.search(text)
+            if pod is None:
+                return None
             namespace = self._connection["namespace"] or "default"
-            return [
-                *self._get_spark_binary_path(),
-                "--master",
-                self._connection["master"],
-                "--kill",
-                f"{namespace}:{self._kubernetes_driver_pod}",
-            ]
-        return None
+            target = f"{namespace}:{pod.group(1)}"
+        else:
+            target = submission.group(1)
+        return [
+            *self._get_spark_binary_path(),
+            "--master",
+            self._connection["master"],
+            "--kill",
+            target,
+        ]
+
+
+def _kubernetes_provider_installed() -> bool:
+    try:
+        import airflow.providers.cncf.kubernetes  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def _signal_group(pgid: int, signum: signal.Signals) -> None:

@@ -78,6 +78,7 @@ class BacklogLaunchOperator(BaseOperator):
         self.poll_interval_s = poll_interval_s
         self._driver: DriverProcess | None = None
         self._submit: BacklogSubmitHook | None = None
+        self._cluster_kill: subprocess.Popen[bytes] | None = None
         self._run_id: str | None = None
         # Set by on_kill, which Airflow calls from a signal handler that does not raise:
         # execute checks it wherever it waits, so a killed task neither goes on nor succeeds.
@@ -186,23 +187,26 @@ class BacklogLaunchOperator(BaseOperator):
 
     def _end_driver(self) -> None:
         """End the driver and release its lease, so that a retry can take over at once
-        instead of waiting for the lease to expire. In cluster mode the lease is released
-        only once the cluster has killed the application: a driver still running under a
-        released lease would be joined by a second one."""
+        instead of waiting for the lease to expire. In cluster mode the cluster is asked
+        to kill the application and the lease is left to expire: the driver may run on
+        for a while (a pod's grace period, YARN's container shutdown), and a second one
+        must not start meanwhile."""
         driver, run_id, submit = self._driver, self._run_id, self._submit
         if driver is None or run_id is None:
             return
         driver.end()
         self.log.info("spark-submit of run %s ended (exit code %s)", run_id, driver.exit_code)
-        in_cluster = submit is not None and submit.cluster_mode
-        if in_cluster and not self._kill_in_cluster(submit, driver, run_id):
+        if submit is not None and submit.cluster_mode:
+            self._kill_in_cluster(submit, driver, run_id)
             return
         if self.metrics.release(self.job_name, run_id):
             self.log.info("released the lease of run %s", run_id)
 
     def _kill_in_cluster(
         self, submit: BacklogSubmitHook, driver: DriverProcess, run_id: str
-    ) -> bool:
+    ) -> None:
+        """Start the cluster's kill command and leave it running: it starts a JVM and waits
+        for the cluster, longer than Airflow's 5 s between SIGTERM and SIGKILL."""
         command = submit.cluster_kill_command(driver.log_path)
         if command is None:
             self.log.warning(
@@ -210,14 +214,27 @@ class BacklogLaunchOperator(BaseOperator):
                 "cluster, its lease expires once its driver is gone",
                 run_id,
             )
-            return False
-        try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=3)
-        except (OSError, subprocess.TimeoutExpired) as error:
-            self.log.warning("run %s: %s failed: %s", run_id, " ".join(command), error)
-            return False
-        self.log.info("run %s: %s: exit code %s", run_id, " ".join(command), done.returncode)
-        return done.returncode == 0
+            return
+        with driver.log_path.open("ab") as log:
+            try:
+                self._cluster_kill = subprocess.Popen(
+                    command,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=submit.submit_environment(),
+                    start_new_session=True,
+                )
+            except OSError as error:
+                self.log.warning("run %s: %s failed: %s", run_id, " ".join(command), error)
+                return
+        self.log.info(
+            "run %s: asked the cluster to kill it (%s; output in %s); its lease expires once "
+            "its driver is gone",
+            run_id,
+            " ".join(command),
+            driver.log_path,
+        )
 
 
 class BacklogRelaunchOperator(BacklogLaunchOperator):

@@ -161,12 +161,15 @@ def test_the_local_driver_gets_this_python_and_the_password_a_cluster_driver_nei
     monkeypatch,
 ):
     monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
+    monkeypatch.setenv("PYSPARK_DRIVER_PYTHON", "/opt/airflow-worker/bin/python")
     spark_connection(monkeypatch, "spark://127.0.0.1:7077", "client")
     local = hook(metrics_url=REACHABLE_METRICS).submit_environment()
     assert local["PYSPARK_PYTHON"] == sys.executable
     assert local["BACKLOG_METRICS_PASSWORD"] == "secret"
     spark_connection(monkeypatch, "yarn", "cluster")
     remote = hook(metrics_url=REACHABLE_METRICS, env_vars={"BACKLOG_METRICS_PASSWORD": "secret"})
+    assert "PYSPARK_DRIVER_PYTHON" not in remote.submit_environment()
+    monkeypatch.setenv("PYSPARK_PYTHON", "/opt/airflow-worker/bin/python")
     assert "PYSPARK_PYTHON" not in remote.submit_environment()
     conf = conf_of(remote._build_spark_submit_command("app.py"))
     assert conf["spark.yarn.appMasterEnv.BACKLOG_METRICS_PASSWORD"] == "secret"
@@ -243,6 +246,12 @@ def test_the_cluster_kill_command_names_the_application_from_the_log(monkeypatch
         "--kill",
         "jobs:events-4f1c2d9e8a7b6c5d-driver",
     ]
+    # What Spark logs when it does not wait for the application: the namespace with the pod.
+    log.write_text(
+        "INFO LoggingPodStatusWatcherImpl: Deployed Spark application events with application "
+        "ID spark-0123abcd and submission ID streaming:events-99aa-driver into Kubernetes\n"
+    )
+    assert k8s.cluster_kill_command(log)[-1] == "streaming:events-99aa-driver"
     spark_connection(monkeypatch, "local[2]", "client")
     assert hook().cluster_kill_command(log) is None
 

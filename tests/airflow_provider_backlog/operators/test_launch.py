@@ -97,16 +97,22 @@ def test_killing_the_task_ends_the_driver_tree_at_once_and_releases_its_lease(co
     leases.close()
 
 
-def test_in_cluster_mode_a_kill_the_cluster_did_not_confirm_keeps_the_lease(
+def test_in_cluster_mode_killing_the_task_asks_the_cluster_and_keeps_the_lease(
     connected, tmp_path, monkeypatch
 ):
-    """The driver runs in YARN: ending spark-submit does not end it, so the lease stays
-    held (a retry would start a second driver) unless ``yarn application -kill`` worked."""
+    """The driver runs in YARN: ending spark-submit does not end it, so the task asks
+    YARN to kill the application and leaves the lease to expire once the driver is gone
+    (a retry must not start a second driver meanwhile)."""
     monkeypatch.setenv(
         "AIRFLOW_CONN_SPARK_YARN",
         '{"conn_type": "spark", "host": "yarn", "extra": {"deploy-mode": "cluster"}}',
     )
-    monkeypatch.setenv("PATH", str(tmp_path))  # no yarn command here: the kill fails
+    asked = tmp_path / "yarn-was-asked"
+    yarn = tmp_path / "bin" / "yarn"
+    yarn.parent.mkdir()
+    yarn.write_text(f'#!/bin/sh\necho "$@" > {asked}\n')
+    yarn.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{yarn.parent}:/usr/bin:/bin")
     leases = LeaseStore(connected)
     leases.acquire("events", "file:///ck", "r1", 30)
     operator = launch(spark_conn_id="spark_yarn")
@@ -126,5 +132,7 @@ def test_in_cluster_mode_a_kill_the_cluster_did_not_confirm_keeps_the_lease(
     assert not operator._driver.failed, "spark-submit returning after submitting is no failure"
 
     operator.on_kill()
+    operator._cluster_kill.wait(10)
+    assert asked.read_text() == "application -kill application_1700000000000_0042\n"
     assert BacklogMetricsHook(CONN_ID).live_run("events", datetime.now(UTC)).run_id == "r1"
     leases.close()
