@@ -221,8 +221,9 @@ class BacklogConfig:
             lag_rules=LagRules(
                 offsets=offset_lag, watermark_s=watermark_lag, min_dwell_s=min_dwell or 0.0
             ),
+            # Sensors read a job's latest checkpoints: keep hours of them, not seconds.
             metrics_retention_s=duration(
-                METRICS_RETENTION, 1.0, f"must be at least 1s ({DURATION_FORMAT})"
+                METRICS_RETENTION, 3600.0, f"must be at least 1h ({DURATION_FORMAT})"
             ),
         )
         if problems:

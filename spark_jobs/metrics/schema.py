@@ -180,12 +180,12 @@ def create_tables(engine: sqlalchemy.Engine | sqlalchemy.Connection) -> None:
     metadata.create_all(engine, checkfirst=True)
 
 
-def delete_rows_before(connection: sqlalchemy.Connection, job_name: str, cutoff: datetime) -> int:
-    """Delete ``job_name``'s checkpoints and transitions from before ``cutoff``, except its
-    latest row of each (a sensor reads a stopped job's last state); returns how many.
+def retention_deletes(job_name: str, cutoff: datetime) -> list[sqlalchemy.Delete]:
+    """The statements deleting ``job_name``'s checkpoints and transitions from before
+    ``cutoff``, except its latest row of each (a sensor reads a stopped job's last state).
     Each table's (job_name, time) index finds them."""
     cutoff = _require_utc(cutoff, "cutoff")
-    deleted = 0
+    statements = []
     for table, time_column in (
         (backlog_checkpoints, backlog_checkpoints.c.committed_at),
         (backlog_transitions, backlog_transitions.c.at),
@@ -195,13 +195,19 @@ def delete_rows_before(connection: sqlalchemy.Connection, job_name: str, cutoff:
             .where(table.c.job_name == job_name)
             .scalar_subquery()
         )
-        result = connection.execute(
+        statements.append(
             table.delete().where(
                 table.c.job_name == job_name, time_column < cutoff, table.c.id != latest
             )
         )
-        deleted += result.rowcount
-    return deleted
+    return statements
+
+
+def delete_rows_before(connection: sqlalchemy.Connection, job_name: str, cutoff: datetime) -> int:
+    """Run ``retention_deletes``; returns how many rows went."""
+    return sum(
+        connection.execute(statement).rowcount for statement in retention_deletes(job_name, cutoff)
+    )
 
 
 def _sqlite_pragmas(dbapi_connection: object, _record: object) -> None:

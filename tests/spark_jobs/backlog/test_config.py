@@ -118,7 +118,7 @@ def test_backlog_interval_shorter_than_interval_is_refused_with_flinks_reason():
         ("lag.watermark.enter-threshold", "300", "a unit is required"),
         ("lag.min-dwell", "a while", "expected a number with a unit"),
         ("lease.ttl", "1s", "must be at least 3s"),
-        ("metrics.retention", "500ms", "must be at least 1s"),
+        ("metrics.retention", "30min", "must be at least 1h"),
         ("metrics.retention", "forever", "expected a number with a unit"),
     ],
 )

@@ -492,7 +492,9 @@ def test_retention_deletes_the_jobs_old_rows_but_its_latest_and_no_other_jobs(
     writer.record_checkpoint(checkpoint(4, committed_at=recent))
     writer.record_checkpoint(other)
     writer.record_transition(TransitionRow("orders", "run-1", old, True, "history is behind"))
-    writer.record_transition(TransitionRow("orders", "run-1", old + timedelta(1), False, "live"))
+    writer.record_transition(
+        TransitionRow("orders", "run-1", old + timedelta(days=1), False, "live")
+    )
     assert writer.flush(timeout_s=10)
     writer.close()
 
