@@ -28,7 +28,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -135,6 +135,7 @@ class StandaloneCluster:
             worker_cores=worker_cores,
             worker_memory=worker_memory,
         )
+        self._processes: dict[str, subprocess.Popen[bytes]] = {}
 
     @property
     def master_url(self) -> str:
@@ -145,6 +146,14 @@ class StandaloneCluster:
         return Path(self.layout.directory)
 
     def start(self, timeout_s: float = 90.0) -> None:
+        """Start the daemons; stops whatever started when one of them does not come up."""
+        try:
+            self._start(timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self, timeout_s: float) -> None:
         taken = [
             port
             for port in (self.layout.master_port, self.layout.master_ui_port)
@@ -198,7 +207,7 @@ class StandaloneCluster:
             "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
         }
         with (self.directory / f"{name}.log").open("ab") as log:
-            process = subprocess.Popen(
+            process = self._processes[name] = subprocess.Popen(
                 [spark_class(), main_class, *args],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -235,13 +244,11 @@ class StandaloneCluster:
 
     def stop(self) -> None:
         stop_daemons(self.layout)
+        for process in self._processes.values():
+            process.poll()  # reaped: stop_daemons waited for them
 
     def __enter__(self) -> StandaloneCluster:
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
+        self.start()
         return self
 
     def __exit__(
@@ -262,7 +269,7 @@ def master_state(layout: ClusterLayout) -> dict[str, Any] | None:
         return None
 
 
-def _await(condition: Any, what: str, deadline: float) -> None:
+def _await(condition: Callable[[], bool], what: str, deadline: float) -> None:
     while not condition():
         if time.monotonic() > deadline:
             raise ClusterError(f"timed out waiting for {what}")
@@ -353,11 +360,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 master_port=args.master_port,
                 master_ui_port=args.master_ui_port,
             )
-            try:
-                cluster.start()
-            except BaseException:
-                cluster.stop()
-                raise
+            cluster.start()
             print(describe(cluster.layout))
             print(f"logs: {cluster.directory}; submit with --master {cluster.master_url}")
         elif args.action == "status":

@@ -205,7 +205,7 @@ def kill_a_worker_while_it_runs_the_backlog(deployment: Deployment, cluster, dag
     )
     worker = cluster.worker_of_executor(executor)
     assert worker is not None, f"no worker runs executor {executor}"
-    assert not checkpoints(deployment.dirs), "the backlog's first batch was still running"
+    assert not checkpoints(deployment.dirs), "the first backlog batch had committed already"
     assert cluster.kill_worker(worker)
     return worker
 
