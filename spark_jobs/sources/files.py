@@ -12,23 +12,16 @@ before any of its rows count, and can be repaired in place. Files are read with 
 
 from __future__ import annotations
 
-import fnmatch
-import json
 import logging
-import os
-import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 import pyarrow.json as pa_json
 import pyarrow.parquet as pq
-from pyarrow import fs as pa_fs
 
 from spark_jobs.sources.children import (
     ChildSource,
@@ -40,23 +33,23 @@ from spark_jobs.sources.children import (
     SourceContext,
     spec_field,
 )
+from spark_jobs.sources.storage import (
+    ListedFile,
+    StateDirectory,
+    StorageError,
+    filesystem,
+    list_files,
+    resolve_uri,
+    stat_file,
+)
 
 logger = logging.getLogger(__name__)
 
 FORMATS = ("parquet", "json", "csv")
-#: Spark's and Hadoop's convention: names starting with these are in progress or metadata.
-HIDDEN_PREFIXES = (".", "_")
 
 
-class InputFileError(RuntimeError):
+class InputFileError(StorageError):
     """A file that cannot be read as declared; the message names it."""
-
-
-@dataclass(frozen=True)
-class ListedFile:
-    uri: str
-    size: int
-    mtime_ns: int
 
 
 @dataclass(frozen=True)
@@ -69,115 +62,50 @@ class FileEntry:
     rows: int
 
 
-#: Hadoop's names for S3, which pyarrow calls ``s3``.
-SCHEME_ALIASES = {"s3a": "s3", "s3n": "s3"}
-
-
-def resolve_uri(location: str) -> str:
-    """An absolute URI for a path or URI, so executors in other processes find the same file."""
-    if "://" in location:
-        scheme, rest = location.split("://", 1)
-        return f"{SCHEME_ALIASES.get(scheme, scheme)}://{rest}".rstrip("/")
-    return Path(os.path.abspath(location)).as_uri()
-
-
-def _filesystem(uri: str) -> tuple[pa_fs.FileSystem, str]:
-    return pa_fs.FileSystem.from_uri(uri)
-
-
-def list_files(directory_uri: str, glob: str) -> list[ListedFile]:
-    """Visible files directly in ``directory_uri`` whose names match ``glob``."""
-    filesystem, path = _filesystem(directory_uri)
-    try:
-        infos = filesystem.get_file_info(pa_fs.FileSelector(path, allow_not_found=False))
-    except FileNotFoundError as error:
-        raise InputFileError(f"input directory {directory_uri} does not exist") from error
-    listed = []
-    for info in infos:
-        name = info.base_name
-        if info.type != pa_fs.FileType.File or name.startswith(HIDDEN_PREFIXES):
-            continue
-        if fnmatch.fnmatch(name, glob):
-            uri = f"{directory_uri}/{quote(name)}"
-            listed.append(ListedFile(uri, info.size, info.mtime_ns or 0))
-    return listed
-
-
-def stat_file(uri: str) -> ListedFile:
-    filesystem, path = _filesystem(uri)
-    info = filesystem.get_file_info(path)
-    if info.type != pa_fs.FileType.File:
-        raise InputFileError(f"input file {uri} was listed or admitted but is gone")
-    return ListedFile(uri, info.size, info.mtime_ns or 0)
-
-
-class StateDirectory:
-    """A child's durable state: JSON files, each written whole and moved in."""
-
-    IDENTITY = "input.identity"
-
-    def __init__(self, location_uri: str):
-        self.location = location_uri
-        self._filesystem, self._path = _filesystem(location_uri)
-        self._created = False
-
-    def _ensure(self) -> None:
-        if not self._created:
-            self._filesystem.create_dir(self._path, recursive=True)
-            self._created = True
-
-    def names(self, suffix: str) -> list[str]:
-        self._ensure()
-        infos = self._filesystem.get_file_info(pa_fs.FileSelector(self._path))
-        return sorted(
-            i.base_name
-            for i in infos
-            if i.base_name.endswith(suffix) and not i.base_name.startswith(".")
-        )
-
-    def read(self, name: str) -> Any:
-        with self._filesystem.open_input_stream(f"{self._path}/{name}") as stream:
-            return json.loads(stream.read())
-
-    def write(self, name: str, value: Any) -> None:
-        self._ensure()
-        temporary = f"{self._path}/.{uuid.uuid4().hex}.tmp"
-        with self._filesystem.open_output_stream(temporary) as stream:
-            stream.write(json.dumps(value).encode())
-        self._filesystem.move(temporary, f"{self._path}/{name}")
-
-    def claim(self, identity: dict[str, str]) -> None:
-        """Refuse state kept for a different input: its positions would name other files."""
-        if self.IDENTITY not in self.names(self.IDENTITY):
-            self.write(self.IDENTITY, identity)
-            return
-        kept = self.read(self.IDENTITY)
-        if kept != identity:
-            raise InputFileError(
-                f"the state at {self.location} was kept for {kept}, but this query reads "
-                f"{identity}: start over with a new checkpoint and a new stateLocation"
-            )
-
-
 class FileManifest:
-    """The durable, append-only list of admitted files of one child source."""
+    """The durable, append-only list of admitted files of one child source.
+
+    Each discovery adds a segment file; every ``COMPACT_EVERY`` segments one compacted file
+    holds every entry so far and the files before it are deleted, so a landing directory
+    that receives a file a second for months keeps a handful of state files, not millions
+    (Spark's file sink log compacts the same way). Positions count entries from the first
+    file ever admitted, so compaction changes no position.
+    """
 
     SUFFIX = ".manifest.json"
+    COMPACT_SUFFIX = ".compact.json"
+    COMPACT_EVERY = 100
 
     def __init__(self, state: StateDirectory):
         self._state = state
         self._entries: list[FileEntry] | None = None
         self._uris: set[str] = set()
-        self._segments = 0
+        self._next_segment = 0
 
     @property
     def entries(self) -> list[FileEntry]:
         if self._entries is None:
-            names = self._state.names(self.SUFFIX)
-            self._entries = [FileEntry(**item) for n in names for item in self._state.read(n)]
+            self._entries = [FileEntry(**item) for item in self._load()]
             self._uris = {entry.uri for entry in self._entries}
-            self._segments = len(names)
         return self._entries
+
+    def _load(self) -> list[dict[str, Any]]:
+        """The latest compacted file and the segments after it, in order."""
+        segments = self._numbered(self.SUFFIX)
+        compacted = self._numbered(self.COMPACT_SUFFIX)
+        self._next_segment = max([*segments, *compacted], default=-1) + 1
+        base = max(compacted, default=-1)
+        items = self._state.read(self._name(base, self.COMPACT_SUFFIX)) if base >= 0 else []
+        for number in sorted(n for n in segments if n > base):
+            items += self._state.read(self._name(number, self.SUFFIX))
+        return items
+
+    def _numbered(self, suffix: str) -> list[int]:
+        return [int(name.split(".")[0]) for name in self._state.names(suffix)]
+
+    @staticmethod
+    def _name(number: int, suffix: str) -> str:
+        return f"{number:010d}{suffix}"
 
     def __contains__(self, uri: str) -> bool:
         self.entries  # noqa: B018 - loads the manifest
@@ -187,18 +115,31 @@ class FileManifest:
         if not new:
             return
         entries = self.entries
-        self._state.write(f"{self._segments:010d}{self.SUFFIX}", [asdict(e) for e in new])
-        self._segments += 1
+        number = self._next_segment
         entries.extend(new)
         self._uris.update(entry.uri for entry in new)
+        if (number + 1) % self.COMPACT_EVERY == 0:
+            self._state.write(self._name(number, self.COMPACT_SUFFIX), [asdict(e) for e in entries])
+            self._delete_before(number)
+        else:
+            self._state.write(self._name(number, self.SUFFIX), [asdict(e) for e in new])
+        self._next_segment = number + 1
+
+    def _delete_before(self, number: int) -> None:
+        """What a compacted file supersedes; a crash before this leaves files that the next
+        load ignores and the next compaction deletes."""
+        for suffix in (self.SUFFIX, self.COMPACT_SUFFIX):
+            for older in self._numbered(suffix):
+                if older < number:
+                    self._state.remove(self._name(older, suffix))
 
 
 # --- reading ---------------------------------------------------------------------------
 
 
 def _open(uri: str) -> pa.NativeFile:
-    filesystem, path = _filesystem(uri)
-    return filesystem.open_input_file(path)
+    fs, path = filesystem(uri)
+    return fs.open_input_file(path)
 
 
 def _cast(table: pa.Table, schema: pa.Schema) -> pa.Table:
@@ -410,11 +351,20 @@ class FileChild(ChildSource):
             available = entry.rows - row
             if room is not None and available > room:
                 row += room
+                taken += room
                 break
             taken += available
             index, row, files = index + 1, 0, files + 1
         end = {"file": index, "row": row}
-        return Planned(end, {"files_behind": self._known_files() - index})
+        return Planned(end, self._behind(index, row), rows=taken)
+
+    def _behind(self, index: int, row: int) -> dict[str, int]:
+        """Files after ``end``, and their rows when every one of them is admitted."""
+        lag = {"files_behind": self._known_files() - index}
+        entries = self.manifest.entries
+        if len(entries) == self._known_files():
+            lag["rows_behind"] = sum(entry.rows for entry in entries[index:]) - row
+        return lag
 
     def partitions(self, start: Position, end: Position) -> list[ReadablePartition]:
         self._check_state(end)

@@ -6,15 +6,8 @@ import pytest
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from spark_jobs.sources.children import Limits, SourceContext
-from spark_jobs.sources.files import (
-    BoundedFiles,
-    FileManifest,
-    InputFileError,
-    LandingFiles,
-    StateDirectory,
-    list_files,
-    resolve_uri,
-)
+from spark_jobs.sources.files import BoundedFiles, FileManifest, InputFileError, LandingFiles
+from spark_jobs.sources.storage import StateDirectory, StorageError, list_files, resolve_uri
 from tests.spark_jobs.sources.conftest import SPARK_SCHEMA, land, write_file
 
 SCHEMA = to_arrow_schema(SPARK_SCHEMA, timezone="UTC")
@@ -68,7 +61,7 @@ def test_listing_skips_hidden_and_metadata_files_and_applies_the_glob(tmp_path):
 
 
 def test_listing_a_missing_directory_names_it(tmp_path):
-    with pytest.raises(InputFileError, match=f"input directory file://{tmp_path}/nope does not"):
+    with pytest.raises(StorageError, match=f"input directory file://{tmp_path}/nope does not"):
         list_files(resolve_uri(str(tmp_path / "nope")), "*")
 
 
@@ -80,7 +73,7 @@ def test_a_bounded_directory_is_read_whole_and_in_name_order(tmp_path, fmt):
     start = child.initial_position()
     planned = child.plan(start, Limits())
     assert planned.end == {"file": 2, "row": 0}
-    assert planned.lag == {"files_behind": 0}
+    assert (planned.lag, planned.rows) == ({"files_behind": 0, "rows_behind": 0}, 150)
     assert child.is_exhausted(planned.end)
     assert read_ids(child, start, planned.end) == list(range(150))
 
@@ -228,7 +221,7 @@ def test_state_kept_for_another_input_is_refused(tmp_path):
     first = bounded(tmp_path)
     first.plan(first.initial_position(), Limits())
     moved = bounded(tmp_path, path=str(tmp_path / "other"))
-    with pytest.raises(InputFileError, match=r"was kept for .*history.* but this query reads"):
+    with pytest.raises(StorageError, match=r"was kept for .*history.* but this query reads"):
         moved.plan(moved.initial_position(), Limits())
 
 
@@ -250,3 +243,38 @@ def test_a_missing_column_is_named(tmp_path):
     child = bounded(tmp_path, "csv")
     with pytest.raises(InputFileError, match=r"a\.csv.*amount"):
         child.plan(child.initial_position(), Limits())
+
+
+def test_the_landing_manifest_compacts_and_keeps_every_position(tmp_path, monkeypatch):
+    monkeypatch.setattr(FileManifest, "COMPACT_EVERY", 4)
+    child = landing(tmp_path)
+    position = child.initial_position()
+    for index in range(10):  # one discovery, one segment per file
+        land(tmp_path / "landing", f"{index}.json", "json", index * 2, 2, mtime=index + 1)
+        end = child.plan(position, Limits()).end
+        assert read_ids(child, position, end) == [index * 2, index * 2 + 1]
+        position = end
+    state = sorted(p.name for p in (tmp_path / "state" / "landing").iterdir())
+    # segments 0-2 went into compacted file 3, and 3-6 into 7; 8 and 9 follow it
+    assert [n for n in state if "manifest" in n or "compact" in n] == [
+        "0000000007.compact.json",
+        "0000000008.manifest.json",
+        "0000000009.manifest.json",
+    ]
+    again = landing(tmp_path)  # a restart reads the same manifest
+    assert read_ids(again, again.initial_position(), position) == list(range(20))
+    land(tmp_path / "landing", "10.json", "json", 20, 2, mtime=11)
+    assert again.plan(position, Limits()).end == {"file": 11, "row": 0}
+    assert "0000000010.manifest.json" in os.listdir(tmp_path / "state" / "landing")
+
+
+def test_two_writers_of_one_manifest_fail_instead_of_overwriting(tmp_path):
+    land(tmp_path / "landing", "1.json", "json", 0, 2, mtime=1)
+    first, second = landing(tmp_path), landing(tmp_path)
+    first.plan(first.initial_position(), Limits())
+    second.manifest.entries  # noqa: B018 - loaded before the first writer appends again
+    land(tmp_path / "landing", "2.json", "json", 2, 2, mtime=2)
+    first.plan(first.initial_position(), Limits())
+    land(tmp_path / "landing", "3.json", "json", 4, 2, mtime=3)
+    with pytest.raises(StorageError, match="two drivers are using one state location"):
+        second.plan(second.initial_position(), Limits())
