@@ -1,0 +1,69 @@
+"""Keeping secrets out of messages, logs and Spark's UI.
+
+Users hand the job secrets in three shapes: a database URL with a password, client
+properties such as Kafka's ``sasl.jaas.config`` or ``ssl.key.password``, and JSON options
+that nest those properties. Whatever the job echoes back (an error naming the offending
+value, a log line, Spark's environment page) goes through these functions first.
+
+Keys are judged as Spark judges them (``spark.redaction.regex``), so a value Spark would
+hide is hidden here too.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+#: Spark's default ``spark.redaction.regex``: a conf key (or value) matching it is hidden.
+SPARK_DEFAULT_REDACTION = r"(?i)secret|password|token|access[.]?key"
+#: The user-info part of a URL that carries a password: ``//user:password@``.
+_URL_PASSWORD = r"//[^/@:\s]+:[^/@\s]+@"
+#: What our launchers set as ``spark.redaction.regex``: Spark's default, and any value with
+#: a URL that carries a password (``spark.backlog.metrics.url``), which Spark's default
+#: does not recognise.
+SPARK_REDACTION_REGEX = f"{SPARK_DEFAULT_REDACTION}|{_URL_PASSWORD}"
+REDACTED = "*****"
+
+_SECRET_KEY = re.compile(r"secret|password|passwd|token|access[._-]?key|credential|jaas", re.I)
+_URL_USERINFO = re.compile(r"(//[^/@:\s]+:)([^/@\s]+)(@)")
+
+
+def is_secret_key(key: str) -> bool:
+    """Whether a setting called ``key`` holds a secret (``sasl.password``, ``ssl.key.password``,
+    ``sasl.jaas.config``, ``aws.secret.access.key``...)."""
+    return bool(_SECRET_KEY.search(key))
+
+
+def redact_text(text: str) -> str:
+    """``text`` with the password of every URL in it replaced."""
+    return _URL_USERINFO.sub(rf"\g<1>{REDACTED}\g<3>", text)
+
+
+def redact(value: Any) -> Any:
+    """A copy of ``value`` (mappings, lists, strings) with secret-keyed entries and URL
+    passwords replaced; JSON text is redacted inside and stays JSON text."""
+    if isinstance(value, Mapping):
+        return {
+            key: REDACTED if is_secret_key(str(key)) and item is not None else redact(item)
+            for key, item in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [redact(item) for item in value]
+    if isinstance(value, str):
+        stripped = value.lstrip()
+        if stripped[:1] in ("{", "["):
+            try:
+                parsed = json.loads(value)
+            except (ValueError, RecursionError):
+                pass
+            else:
+                return json.dumps(redact(parsed))
+        return redact_text(value)
+    return value
+
+
+def redacted_repr(value: Any) -> str:
+    """``repr`` of ``value`` after ``redact``: for messages that quote what the user wrote."""
+    return repr(redact(value))
