@@ -2,6 +2,8 @@
 
 SQLAlchemy Core only, and nothing from pyspark or the rest of the project, so an Airflow
 worker can import it without Spark. Column names are read by other tools: do not rename them.
+The contract only grows: a new column is nullable, so readers and writers of an older
+release keep working, and ``create_tables`` adds it to an existing database in place.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import URL
 from sqlalchemy.pool import NullPool
+from sqlalchemy.schema import CreateIndex, CreateTable
 
 metadata = MetaData()
 
@@ -49,6 +52,9 @@ backlog_checkpoints = Table(
     Column("watermark", DateTime(timezone=True), nullable=True),
     Column("sources", Text, nullable=False),
     Column("observed_metrics", Text, nullable=True),
+    # True: rebuilt from the checkpoint's offset and commit logs by the next run, because the
+    # driver died between committing the batch and recording it (NULL: recorded as it ran).
+    Column("recovered", Boolean, nullable=True),
     # A retried insert of the same batch is a no-op rather than a second row.
     UniqueConstraint("job_name", "run_id", "batch_id", name="uq_backlog_checkpoints_batch"),
     Index("ix_backlog_checkpoints_job_committed_at", "job_name", "committed_at"),
@@ -87,6 +93,8 @@ backlog_control = Table(
     Column("answer", Text, nullable=True),
     Column("answered_at", DateTime(timezone=True), nullable=True),
     Column("answered_by_run", String(200), nullable=True),
+    # The run the request is meant for (NULL: whichever run is live); another run rejects it.
+    Column("for_run_id", String(200), nullable=True),
     Index("ix_backlog_control_job_status", "job_name", "status"),
 )
 PENDING, APPLIED, REJECTED = "pending", "applied", "rejected"
@@ -113,6 +121,8 @@ backlog_leases = Table(
     Column("spark_ui_url", String(500), nullable=True),
     # Set when the run ended and let go (NULL while it runs or if it died).
     Column("released_at", DateTime(timezone=True), nullable=True),
+    # A checkpoint holds one job's offsets and state: one lease row per checkpoint location.
+    Index("uq_backlog_leases_checkpoint", "checkpoint_location", unique=True),
 )
 
 
@@ -144,6 +154,7 @@ class CheckpointRow:
     watermark: datetime | None
     sources: str
     observed_metrics: str | None
+    recovered: bool | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "committed_at", _require_utc(self.committed_at, "committed_at"))
@@ -175,9 +186,48 @@ def row_values(row: CheckpointRow | TransitionRow) -> dict[str, object]:
     return {f.name: getattr(row, f.name) for f in dataclasses.fields(row)}
 
 
-def create_tables(engine: sqlalchemy.Engine | sqlalchemy.Connection) -> None:
-    """Create whichever of the tables is missing; existing ones are left alone."""
-    metadata.create_all(engine, checkfirst=True)
+#: Any constant key: drivers and Airflow creating the tables of one PostgreSQL database
+#: at once take turns (concurrent CREATE TABLE IF NOT EXISTS can fail there).
+_CREATE_LOCK_KEY = 7_309_327_328
+
+
+def create_tables(bind: sqlalchemy.Engine | sqlalchemy.Connection) -> None:
+    """Create what is missing, from tables to the nullable columns and indexes added since a
+    table was created; what exists is left alone. Safe when several processes do it at once
+    on a fresh database."""
+    if isinstance(bind, sqlalchemy.Engine):
+        with bind.begin() as connection:
+            create_tables(connection)
+        return
+    connection = bind
+    if connection.dialect.name == "postgresql":
+        connection.execute(
+            sqlalchemy.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _CREATE_LOCK_KEY}
+        )
+    inspector = sqlalchemy.inspect(connection)
+    for table in metadata.sorted_tables:
+        connection.execute(CreateTable(table, if_not_exists=True))
+        present = {column["name"] for column in inspector.get_columns(table.name)}
+        for column in table.columns:
+            if column.name not in present:
+                _add_column(connection, table, column)
+        for index in table.indexes:
+            connection.execute(CreateIndex(index, if_not_exists=True))
+        inspector.clear_cache()
+
+
+def _add_column(connection: sqlalchemy.Connection, table: Table, column: Column) -> None:
+    if not column.nullable:
+        raise RuntimeError(f"{table.name}.{column.name} is missing and cannot be added in place")
+    kind = column.type.compile(dialect=connection.dialect)
+    statement = f"ALTER TABLE {table.name} ADD COLUMN {column.name} {kind}"
+    try:
+        with connection.begin_nested():
+            connection.exec_driver_sql(statement)
+    except sqlalchemy.exc.OperationalError as error:
+        # SQLite has no ADD COLUMN IF NOT EXISTS: another writer added it just now.
+        if "duplicate column" not in str(error):
+            raise
 
 
 def retention_deletes(job_name: str, cutoff: datetime) -> list[sqlalchemy.Delete]:
@@ -265,12 +315,18 @@ def with_password(url: str, password: str | None) -> str:
     return parsed.set(password=password).render_as_string(hide_password=False)
 
 
+#: The longest a metrics statement may run on PostgreSQL; every one of ours is an index lookup.
+STATEMENT_TIMEOUT_S = 30
+
+
 def make_engine(url: str) -> sqlalchemy.Engine:
     """An engine tuned for small, infrequent writes from a long-running job.
 
     SQLite: a relative path is taken against the current directory (and its parent created);
     no pool, so each use opens the file afresh and notices that it went away or came back.
-    PostgreSQL: connections are checked before use and connecting gives up after 5 s; a URL
+    PostgreSQL: connections are checked before use, connecting gives up after 5 s, a statement
+    after ``STATEMENT_TIMEOUT_S``, and TCP keepalives with a user timeout end a half-open
+    connection within about a minute, so no reader or writer can hang on one for days; a URL
     without a driver uses whichever of psycopg and psycopg2 is installed.
     """
     parsed = make_url(url)
@@ -295,7 +351,15 @@ def make_engine(url: str) -> sqlalchemy.Engine:
         parsed = _installed_postgres_driver(parsed)
         connect_args: dict[str, object] = {}
         if parsed.get_driver_name() in ("psycopg2", "psycopg"):
-            connect_args["connect_timeout"] = 5
+            connect_args = {
+                "connect_timeout": 5,
+                "options": f"-c statement_timeout={STATEMENT_TIMEOUT_S * 1000}",
+                "keepalives": 1,
+                "keepalives_idle": 30,
+                "keepalives_interval": 10,
+                "keepalives_count": 3,
+                "tcp_user_timeout": 60_000,
+            }
         return sqlalchemy.create_engine(parsed, pool_pre_ping=True, connect_args=connect_args)
     raise ValueError(f"unsupported metrics database {backend!r}: use sqlite or postgresql")
 

@@ -56,6 +56,7 @@ def test_checkpoint_table_columns():
         ("watermark", "DateTime(timezone=True)", True),
         ("sources", "Text", False),
         ("observed_metrics", "Text", True),
+        ("recovered", "Boolean", True),
     ]
     assert [c.name for c in backlog_checkpoints.primary_key] == ["id"]
     assert backlog_checkpoints.c.id.autoincrement is True
@@ -252,6 +253,94 @@ def test_postgresql_connect_gives_up_after_five_seconds():
         engine.dispose()
     assert seen["connect_timeout"] == 5
     assert seen["host"] == "127.0.0.1"
+
+
+def test_postgresql_connections_time_statements_out_and_detect_a_dead_peer(postgres_server):
+    postgres_server.start()
+    engine = make_engine(postgres_server.url)
+    try:
+        with engine.connect() as connection:
+            assert connection.exec_driver_sql("SHOW statement_timeout").scalar() == "30s"
+            # libpq's socket options, as the driver connected with them
+            dsn = engine.raw_connection().driver_connection.info.dsn_parameters
+            assert (dsn["keepalives"], dsn["keepalives_idle"], dsn["tcp_user_timeout"]) == (
+                "1",
+                "30",
+                "60000",
+            )
+            connection.exec_driver_sql("SET statement_timeout = '200ms'")
+            with pytest.raises(sqlalchemy.exc.OperationalError, match="statement timeout"):
+                connection.exec_driver_sql("SELECT pg_sleep(5)")
+    finally:
+        engine.dispose()
+
+
+# The tables as the first release created them: no recovered, no for_run_id, leases unique
+# per job and checkpoint only.
+OLD_SCHEMA = [
+    """CREATE TABLE backlog_checkpoints (id {serial}, job_name VARCHAR(200) NOT NULL,
+    run_id VARCHAR(200) NOT NULL, batch_id BIGINT NOT NULL, committed_at TIMESTAMP NOT NULL,
+    is_backlog BOOLEAN NOT NULL, effective_interval_ms BIGINT, num_input_rows BIGINT NOT NULL,
+    batch_duration_ms BIGINT NOT NULL, watermark TIMESTAMP, sources TEXT NOT NULL,
+    observed_metrics TEXT, UNIQUE (job_name, run_id, batch_id))""",
+    """CREATE TABLE backlog_control (id {serial}, job_name VARCHAR(200) NOT NULL,
+    requested_at TIMESTAMP NOT NULL, action VARCHAR(20) NOT NULL, settings TEXT NOT NULL,
+    status VARCHAR(20) NOT NULL, answer TEXT, answered_at TIMESTAMP,
+    answered_by_run VARCHAR(200))""",
+    """CREATE TABLE backlog_leases (job_name VARCHAR(200), checkpoint_location VARCHAR(1000),
+    run_id VARCHAR(200) NOT NULL, acquired_at TIMESTAMP NOT NULL, expires_at TIMESTAMP NOT NULL,
+    spark_ui_url VARCHAR(500), released_at TIMESTAMP,
+    PRIMARY KEY (job_name, checkpoint_location))""",
+    """INSERT INTO backlog_checkpoints (job_name, run_id, batch_id, committed_at, is_backlog,
+    num_input_rows, batch_duration_ms, sources) VALUES ('orders', 'run-1', 7,
+    '2024-05-01 12:00:00', TRUE, 10, 20, '[]')""",
+]
+
+
+def test_an_older_database_is_migrated_in_place_and_its_rows_still_read(backend):
+    engine = make_engine(backend.url)
+    try:
+        with engine.begin() as connection:
+            serial = "SERIAL PRIMARY KEY" if backend.name == "postgresql" else "INTEGER PRIMARY KEY"
+            for statement in OLD_SCHEMA:
+                connection.exec_driver_sql(statement.format(serial=serial))
+        create_tables(engine)
+        inspector = inspect(engine)
+        assert "recovered" in {c["name"] for c in inspector.get_columns("backlog_checkpoints")}
+        assert "for_run_id" in {c["name"] for c in inspector.get_columns("backlog_control")}
+        unique = [i["column_names"] for i in inspector.get_indexes("backlog_leases") if i["unique"]]
+        assert ["checkpoint_location"] in unique
+        with engine.connect() as connection:
+            row = connection.execute(sqlalchemy.select(backlog_checkpoints)).one()
+        assert (row.batch_id, row.is_backlog, row.recovered) == (7, True, None)
+        create_tables(engine)  # and again: nothing left to do
+    finally:
+        engine.dispose()
+
+
+CREATE_IN_A_FRESH_PROCESS = (
+    "import sys; from spark_jobs.metrics.schema import create_tables, make_engine; "
+    "create_tables(make_engine(sys.argv[1]))"
+)
+
+
+def test_several_processes_create_the_tables_of_a_fresh_database_at_once(backend):
+    for attempt in range(3):
+        engine = make_engine(backend.url)
+        metadata.drop_all(engine)
+        engine.dispose()
+        processes = [
+            subprocess.Popen(
+                [sys.executable, "-c", CREATE_IN_A_FRESH_PROCESS, backend.url],
+                cwd=REPO,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(6)
+        ]
+        errors = [p.communicate(timeout=120)[1] for p in processes]
+        failed = [e for p, e in zip(processes, errors, strict=True) if p.returncode != 0]
+        assert not failed, f"attempt {attempt}: {failed[0]}"
 
 
 @pytest.mark.parametrize(
