@@ -1,36 +1,35 @@
 """Writes metrics rows from the driver without ever holding up or failing the streaming query.
 
-Rows are buffered in memory and written by a background thread, one transaction per flush.
-While the database is unreachable they wait (in order) and are retried with backoff; rows
-still waiting at ``close()`` go to a spill file that the next writer delivers first.
-Inserts ignore rows already present, so delivering a row twice is harmless. With a
-``Retention``, the same thread deletes the job's rows once they are older than it.
+Each recording goes to the journal beside the checkpoint first, durably; a background
+thread delivers the journal to the database in order, one transaction at a time, and
+retries with backoff while the database is away. A run killed meanwhile loses nothing: the
+next run reads the same journal and delivers it first. Without a journal (tools, tests)
+rows wait in memory, at most ``MAX_MEMORY_ROWS``. Inserts ignore rows already present, so
+delivering a row twice is harmless. With a ``Retention``, the same thread deletes the job's
+rows once they are older than it.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
-import os
 import threading
 import time
 from collections import deque
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from typing import NamedTuple
 
 import sqlalchemy
-from sqlalchemy import make_url
+from sqlalchemy import BigInteger, Boolean, DateTime, Integer, String, Text, make_url
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError
 
+from spark_jobs.metrics.journal import MetricsJournal, Row
+from spark_jobs.metrics.periodic import PeriodicThread
 from spark_jobs.metrics.schema import (
     TABLE_OF_ROW,
     CheckpointRow,
     TransitionRow,
-    as_utc,
     create_tables,
     delete_rows_before,
     make_engine,
@@ -39,21 +38,39 @@ from spark_jobs.metrics.schema import (
 
 log = logging.getLogger(__name__)
 
-# While the database stays down, repeat the warning at most this often (seconds).
+#: While the database stays down, repeat the warning at most this often (seconds).
 WARN_EVERY_S = 30.0
-
-_ROW_OF_TABLE = {table.name: row_type for row_type, table in TABLE_OF_ROW.items()}
-_DATETIME_FIELDS = frozenset({"committed_at", "watermark", "at"})
-_MAX_LENGTHS = {"job_name": 200, "run_id": 200, "reason": 500}
-_INT_FIELDS = frozenset(
-    {"batch_id", "effective_interval_ms", "num_input_rows", "batch_duration_ms"}
-)
-_BOOL_FIELDS = frozenset({"is_backlog"})
-_STR_FIELDS = frozenset({"job_name", "run_id", "sources", "observed_metrics", "reason"})
-_NULLABLE = frozenset({"effective_interval_ms", "watermark", "observed_metrics"})
+#: Without a journal, rows beyond this many waiting are dropped (oldest first), loudly.
+MAX_MEMORY_ROWS = 10_000
+#: Rows per delivering transaction.
+DELIVER_ROWS = 500
 _BIGINT = (-(2**63), 2**63 - 1)
+_ELLIPSIS = "..."
 
-Row = CheckpointRow | TransitionRow
+
+@dataclasses.dataclass(frozen=True)
+class _Column:
+    """What the database accepts in one column, read from the schema."""
+
+    nullable: bool
+    kind: type
+    max_length: int | None
+
+
+def _columns() -> dict[str, _Column]:
+    kinds = ((Boolean, bool), (BigInteger, int), (Integer, int), (DateTime, object))
+    found: dict[str, _Column] = {}
+    for table in TABLE_OF_ROW.values():
+        for column in table.columns:
+            kind = next((k for t, k in kinds if isinstance(column.type, t)), str)
+            length = column.type.length if isinstance(column.type, String) else None
+            if isinstance(column.type, Text):
+                length = None
+            found[column.name] = _Column(bool(column.nullable), kind, length)
+    return found
+
+
+_COLUMNS = _columns()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,48 +87,44 @@ class Retention:
         return min(max(self.keep_s / 10, 1.0), 600.0)
 
 
-class _Entry(NamedTuple):
+@dataclasses.dataclass
+class _Pending:
+    """Rows recorded together: in memory, or only in the journal file ``journal_name``."""
+
     seq: int
-    row: Row
-
-
-def _to_json(row: Row) -> str:
-    values = {
-        name: value.isoformat() if isinstance(value, datetime) else value
-        for name, value in row_values(row).items()
-    }
-    return json.dumps({"table": TABLE_OF_ROW[type(row)].name, "row": values}, sort_keys=True)
-
-
-def _from_json(line: str) -> Row:
-    data = json.loads(line)
-    row_type = _ROW_OF_TABLE[data["table"]]
-    values = {
-        name: as_utc(value) if name in _DATETIME_FIELDS else value
-        for name, value in data["row"].items()
-    }
-    return row_type(**values)
+    count: int
+    rows: list[Row] | None
+    journal_name: str | None
 
 
 def _problems(row: Row) -> list[str]:
     """What the database would refuse about this row, caught before it can block the queue."""
     problems = []
     for name, value in row_values(row).items():
+        column = _COLUMNS[name]
         if value is None:
-            if name not in _NULLABLE:
+            if not column.nullable:
                 problems.append(f"{name} is None")
-        elif name in _INT_FIELDS:
+        elif column.kind is int:
             if type(value) is not int or not _BIGINT[0] <= value <= _BIGINT[1]:
                 problems.append(f"{name} = {value!r} is not a 64-bit integer")
-        elif name in _BOOL_FIELDS:
+        elif column.kind is bool:
             if type(value) is not bool:
                 problems.append(f"{name} = {value!r} is not a bool")
-        elif name in _STR_FIELDS:
+        elif column.kind is str:
             if not isinstance(value, str):
                 problems.append(f"{name} = {value!r} is not a string")
-            elif name in _MAX_LENGTHS and len(value) > _MAX_LENGTHS[name]:
-                problems.append(f"{name} is longer than {_MAX_LENGTHS[name]} characters")
+            elif column.max_length is not None and len(value) > column.max_length:
+                problems.append(f"{name} is longer than {column.max_length} characters")
     return problems
+
+
+def _shortened(row: Row) -> Row:
+    """A transition's reason is prose: cut it to fit rather than lose the row."""
+    limit = _COLUMNS["reason"].max_length
+    if isinstance(row, TransitionRow) and limit is not None and len(row.reason) > limit:
+        return dataclasses.replace(row, reason=row.reason[: limit - len(_ELLIPSIS)] + _ELLIPSIS)
+    return row
 
 
 def _describe(error: BaseException) -> str:
@@ -120,7 +133,7 @@ def _describe(error: BaseException) -> str:
         error = error.orig
     text = " ".join(str(error).split())
     if len(text) > 500:
-        text = text[:497] + "..."
+        text = text[:497] + _ELLIPSIS
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
@@ -139,64 +152,60 @@ def retry_delay(failures: int, interval_s: float, max_backoff_s: float) -> float
 
 
 class MetricsWriter:
-    """Buffered, retrying writer of :class:`CheckpointRow` and :class:`TransitionRow`.
+    """Journaled, retrying writer of :class:`CheckpointRow` and :class:`TransitionRow`.
 
-    Safe to call from any thread. ``record_*`` only append to memory; nothing here raises
-    into the caller after construction (an unparsable ``url`` raises at construction).
+    Safe to call from any thread. ``record_*`` return once the row is in the journal;
+    nothing here raises into the caller after construction (an unparsable ``url`` raises at
+    construction).
     """
 
     def __init__(
         self,
         url: str,
         *,
-        spill_path: str | os.PathLike[str] | None = None,
+        journal: MetricsJournal | None = None,
         flush_interval_s: float = 0.5,
         max_backoff_s: float = 10.0,
         retention: Retention | None = None,
+        max_memory_rows: int = MAX_MEMORY_ROWS,
     ):
         self._url = url
         self._display_url = make_url(url).render_as_string(hide_password=True)
-        self._spill_path = Path(spill_path) if spill_path is not None else None
+        self._journal = journal
         self._flush_interval_s = max(flush_interval_s, 0.001)
         self._max_backoff_s = max(max_backoff_s, self._flush_interval_s)
+        self._max_memory_rows = max_memory_rows
 
         self._cond = threading.Condition()
-        self._buffer: deque[_Entry] = deque()
+        self._pending: deque[_Pending] = deque()
+        # Rows held only in memory (no journal), and journaled rows also kept in memory.
+        self._memory_only = 0
+        self._cached = 0
         self._last_seq = 0
         self._written_seq = 0
-        self._wake = False
         self._stopping = False
-        self._closing = False
-        self._closed = False
         self._healthy = True
 
         # Only the background thread touches these.
         self._engine: sqlalchemy.Engine | None = None
         self._tables_ready = False
+        self._failures = 0
         self._down_since: float | None = None
         self._last_warning = 0.0
         self._retention = retention
         self._next_prune = 0.0
 
-        # Rows up to _spill_holds_upto are already in the spill file, which may be removed
-        # once they are written if _spill_removable (it holds nothing else).
-        self._spill_lock = threading.Lock()
-        self._spill_holds_upto = 0
-        self._spill_removable = False
-        self._load_spill_file()
-
-        self._thread = threading.Thread(
-            target=self._run, name="backlog-metrics-writer", daemon=True
-        )
+        self._load_journal()
+        self._thread = PeriodicThread("backlog-metrics-writer", self._step)
         self._thread.start()
 
     # -- public API -------------------------------------------------------------------------
 
     @property
     def pending(self) -> int:
-        """Rows recorded (or loaded from the spill file) and not yet written."""
+        """Rows recorded (or found in the journal) and not yet written."""
         with self._cond:
-            return len(self._buffer)
+            return sum(entry.count for entry in self._pending)
 
     @property
     def healthy(self) -> bool:
@@ -205,54 +214,55 @@ class MetricsWriter:
             return self._healthy
 
     def record_checkpoint(self, row: CheckpointRow) -> None:
-        """Queue a committed batch for writing; returns at once."""
+        """Journal a committed batch for writing; returns once it is durable."""
         self._record(row, CheckpointRow)
 
     def record_transition(self, row: TransitionRow) -> None:
-        """Queue a change of backlog status for writing; returns at once."""
+        """Journal a change of backlog status for writing; returns once it is durable."""
         self._record(row, TransitionRow)
 
     def flush(self, timeout_s: float = 10.0) -> bool:
         """Wait until every row recorded before this call is written; False on timeout."""
-        try:
-            deadline = time.monotonic() + timeout_s
-            with self._cond:
-                target = self._last_seq
-                if self._written_seq >= target:
-                    return True
-                if self._stopping:
-                    return False
-                self._wake = True
-                self._cond.notify_all()
-                while self._written_seq < target:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0 or self._stopping:
-                        return False
-                    self._cond.wait(remaining)
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            target = self._last_seq
+            if self._written_seq >= target:
                 return True
-        except Exception:
-            log.exception("metrics flush failed unexpectedly")
-            return False
+            if self._stopping:
+                return False
+        self._thread.wake()
+        with self._cond:
+            while self._written_seq < target:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self._stopping:
+                    return False
+                self._cond.wait(remaining)
+            return True
 
     def close(self, timeout_s: float = 10.0) -> None:
-        """Flush, stop the thread, and spill whatever could not be written."""
+        """Flush, then stop; what could not be written waits in the journal for the next run."""
         try:
-            with self._cond:
-                if self._closing:
-                    return
-                self._closing = True
-            deadline = time.monotonic() + timeout_s
             self.flush(timeout_s)
             with self._cond:
-                self._closed = True
                 self._stopping = True
                 self._cond.notify_all()
-            self._thread.join(max(deadline - time.monotonic(), 0.1))
-            with self._cond:
-                left = list(self._buffer)
-            if left:
-                self._spill(left)
-            if not self._thread.is_alive() and self._engine is not None:
+            self._thread.stop(timeout_s=max(timeout_s, 0.1))
+            left = self.pending
+            if left and self._journal is not None:
+                log.warning(
+                    "%s of metrics could not be written to %s yet; they wait in the journal at "
+                    "%s, for the next run of the job to deliver",
+                    _plural(left),
+                    self._display_url,
+                    self._journal.location,
+                )
+            elif left:
+                log.error(
+                    "%s of metrics could not be written to %s and are lost (no journal)",
+                    _plural(left),
+                    self._display_url,
+                )
+            if self._engine is not None:
                 self._engine.dispose()
         except Exception:
             log.exception("closing the metrics writer failed unexpectedly")
@@ -270,151 +280,138 @@ class MetricsWriter:
             if not isinstance(row, expected):
                 log.error("metrics row dropped: expected %s, got %r", expected.__name__, row)
                 return
-            reason = row.reason if isinstance(row, TransitionRow) else None
-            if isinstance(reason, str) and len(reason) > _MAX_LENGTHS["reason"]:
-                row = dataclasses.replace(row, reason=reason[:497] + "...")
+            row = _shortened(row)
             problems = _problems(row)
             if problems:
                 log.error("metrics row dropped (%s): %r", "; ".join(problems), row)
                 return
+            name = self._journaled(row)
             with self._cond:
-                closed = self._closed
-                if not closed:
-                    self._last_seq += 1
-                    self._buffer.append(_Entry(self._last_seq, row))
-            if closed:
-                self._spill([_Entry(0, row)])
+                self._last_seq += 1
+                entry = _Pending(self._last_seq, 1, [row], name)
+                if name is None:
+                    self._memory_only += 1
+                elif self._cached < self._max_memory_rows:
+                    self._cached += 1
+                else:
+                    entry.rows = None  # safe in the journal; read back when delivered
+                self._pending.append(entry)
+                self._drop_beyond_memory()
+                stopped = self._stopping
         except Exception:
             log.exception("metrics row dropped: recording failed unexpectedly")
+            return
+        if stopped and name is None:
+            log.error("a metrics row recorded after close is lost (no journal): %r", row)
+        self._thread.wake()
 
-    # -- spill file -----------------------------------------------------------------------
+    def _journaled(self, row: Row) -> str | None:
+        if self._journal is None:
+            return None
+        try:
+            return self._journal.append([row])
+        except Exception as error:
+            log.error(
+                "cannot journal a metrics row at %s (%s); it waits in memory only",
+                self._journal.location,
+                _describe(error),
+            )
+            return None
 
-    def _load_spill_file(self) -> None:
-        path = self._spill_path
-        if path is None or not path.exists():
+    def _drop_beyond_memory(self) -> None:
+        """Rows only in memory beyond the bound go, oldest first (callers hold the lock)."""
+        dropped = 0
+        while self._memory_only > self._max_memory_rows:
+            oldest = next(e for e in self._pending if e.journal_name is None)
+            self._pending.remove(oldest)
+            self._memory_only -= oldest.count
+            dropped += oldest.count
+        if dropped:
+            log.error(
+                "%s of metrics dropped: more than %d waited in memory for %s, and they have "
+                "no journal",
+                _plural(dropped),
+                self._max_memory_rows,
+                self._display_url,
+            )
+
+    def _load_journal(self) -> None:
+        """What a previous run left in the journal goes first."""
+        if self._journal is None:
             return
         try:
-            lines = path.read_text(encoding="utf-8").splitlines()
-        except OSError as error:
-            log.error("cannot read metrics spill file %s, leaving it: %s", path, error)
+            names = self._journal.names()
+        except Exception as error:
+            log.error("cannot list the metrics journal at %s: %s", self._journal.location, error)
             return
-        rejected = []
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = _from_json(line)
-            except Exception as error:
-                log.error("metrics spill file %s line %d is unreadable: %s", path, number, error)
-                rejected.append(line)
+        count = 0
+        for name in names:
+            rows = self._read(name)
+            if rows is None:
                 continue
             self._last_seq += 1
-            self._buffer.append(_Entry(self._last_seq, row))
-        if rejected:
-            kept = path.with_name(path.name + ".rejected")
-            try:
-                with kept.open("a", encoding="utf-8") as file:
-                    file.writelines(line + "\n" for line in rejected)
-                log.error("kept %d unreadable spill lines in %s", len(rejected), kept)
-            except OSError as error:
-                log.error(
-                    "cannot keep unreadable spill lines in %s, so %s stays: %s", kept, path, error
-                )
-                rejected_kept = False
-            else:
-                rejected_kept = True
-        self._spill_holds_upto = self._last_seq
-        self._spill_removable = not rejected or rejected_kept
-        log.info("loaded %s from metrics spill file %s", _plural(len(self._buffer)), path)
-
-    def _forget_spill_file(self) -> None:
-        """After the rows loaded from the spill file are written, the file has done its job."""
-        with self._spill_lock:
-            if not self._spill_removable or self._spill_path is None:
-                return
-            with self._cond:
-                if self._written_seq < self._spill_holds_upto:
-                    return
-            self._spill_removable = False
-            self._spill_holds_upto = 0
-            try:
-                self._spill_path.unlink(missing_ok=True)
-                log.info("metrics spill file %s delivered and removed", self._spill_path)
-            except OSError as error:
-                log.warning(
-                    "metrics spill file %s delivered but not removed (its rows will be "
-                    "delivered again, harmlessly): %s",
-                    self._spill_path,
-                    error,
-                )
-
-    def _spill(self, entries: list[_Entry]) -> None:
-        with self._spill_lock:
-            # Rows loaded from the file are still in it: append only the others.
-            new = [e for e in entries if e.seq == 0 or e.seq > self._spill_holds_upto]
-            path = self._spill_path
-            if path is None:
-                log.error(
-                    "%s of metrics could not be written to %s and are lost (no spill file set)",
-                    _plural(len(entries)),
-                    self._display_url,
-                )
-                return
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                with path.open("a", encoding="utf-8") as file:
-                    file.writelines(_to_json(e.row) + "\n" for e in new)
-                    file.flush()
-                    os.fsync(file.fileno())
-            except Exception as error:
-                log.error(
-                    "%s of metrics could not be written to %s nor spilled to %s and are lost: %s",
-                    _plural(len(new)),
-                    self._display_url,
-                    path,
-                    _describe(error),
-                )
-                return
-            # The file now holds rows that were never written: it must outlive this writer.
-            self._spill_holds_upto = max([self._spill_holds_upto, *(e.seq for e in new)])
-            self._spill_removable = False
-            log.error(
-                "%s of metrics could not be written to %s; spilled to %s, to be delivered "
-                "by the next writer using that spill file",
-                _plural(len(entries)),
-                self._display_url,
-                path,
+            self._pending.append(_Pending(self._last_seq, len(rows), None, name))
+            count += len(rows)
+        if count:
+            log.info(
+                "found %s of metrics in the journal at %s, from an earlier run; delivering them",
+                _plural(count),
+                self._journal.location,
             )
+
+    def _read(self, name: str) -> list[Row] | None:
+        """A journal file's rows; an unreadable file is set aside (and None returned)."""
+        assert self._journal is not None
+        try:
+            return self._journal.read(name)
+        except Exception as error:
+            try:
+                kept = self._journal.set_aside(name)
+            except Exception as moving:
+                log.error("cannot set aside journal file %s: %s", name, moving)
+                return None
+            log.error(
+                "metrics journal file %s at %s is unreadable (%s); kept as %s",
+                name,
+                self._journal.location,
+                _describe(error),
+                kept,
+            )
+            return None
 
     # -- background thread ----------------------------------------------------------------
 
-    def _run(self) -> None:
-        failures = 0
-        while True:
-            try:
-                delay = retry_delay(failures, self._flush_interval_s, self._max_backoff_s)
-                with self._cond:
-                    deadline = time.monotonic() + delay
-                    while not self._stopping and not self._wake:
-                        remaining = deadline - time.monotonic()
-                        if remaining <= 0:
-                            break
-                        self._cond.wait(remaining)
-                    if self._stopping:
-                        return
-                    self._wake = False
-                    batch = list(self._buffer)
-                if batch or not self._tables_ready:
-                    failures = 0 if self._attempt(batch) else failures + 1
-                if self._tables_ready:
-                    self._prune_if_due()
-            except Exception:
-                log.exception("metrics writer loop failed unexpectedly; continuing")
-                failures += 1
+    def _step(self) -> float:
+        with self._cond:
+            batch = self._take_batch()
+        if batch or not self._tables_ready:
+            self._failures = 0 if self._attempt(batch) else self._failures + 1
+        if self._tables_ready:
+            self._prune_if_due()
+        with self._cond:
+            more = bool(self._pending) and self._failures == 0
+        if more:
+            return 0.0
+        return retry_delay(self._failures, self._flush_interval_s, self._max_backoff_s)
 
-    def _attempt(self, batch: list[_Entry]) -> bool:
+    def _take_batch(self) -> list[_Pending]:
+        """The oldest entries, up to ``DELIVER_ROWS`` rows (callers hold the lock)."""
+        batch: list[_Pending] = []
+        rows = 0
+        for entry in self._pending:
+            if batch and rows + entry.count > DELIVER_ROWS:
+                break
+            batch.append(entry)
+            rows += entry.count
+        return batch
+
+    def _attempt(self, batch: list[_Pending]) -> bool:
+        rows: list[Row] = []
+        for entry in batch:
+            # An unreadable journal file is set aside and skipped.
+            rows.extend(entry.rows or self._read(entry.journal_name or "") or [])
         try:
-            self._write([e.row for e in batch])
+            self._write(rows)
         except Exception as error:
             self._tables_ready = False
             self._failed(error)
@@ -425,19 +422,42 @@ class MetricsWriter:
                 "metrics database %s is reachable again after %.1f s; wrote %s",
                 self._display_url,
                 time.monotonic() - self._down_since,
-                _plural(len(batch)),
+                _plural(len(rows)),
             )
             self._down_since = None
+        self._forget(batch)
         with self._cond:
             if batch:
-                last = batch[-1].seq
-                while self._buffer and self._buffer[0].seq <= last:
-                    self._buffer.popleft()
-                self._written_seq = max(self._written_seq, last)
+                delivered = {id(entry) for entry in batch}
+                while self._pending and id(self._pending[0]) in delivered:
+                    entry = self._pending.popleft()
+                    if entry.journal_name is None:
+                        self._memory_only -= entry.count
+                    elif entry.rows is not None:
+                        self._cached -= entry.count
+                self._written_seq = max(self._written_seq, batch[-1].seq)
             self._healthy = True
             self._cond.notify_all()
-        self._forget_spill_file()
         return True
+
+    def _forget(self, batch: list[_Pending]) -> None:
+        """Delivered journal files have done their job."""
+        if self._journal is None:
+            return
+        for entry in batch:
+            if entry.journal_name is None:
+                continue
+            try:
+                self._journal.remove(entry.journal_name)
+            except FileNotFoundError:
+                pass  # set aside as unreadable
+            except Exception as error:
+                log.warning(
+                    "metrics journal file %s was delivered but not removed (it will be "
+                    "delivered again, harmlessly): %s",
+                    entry.journal_name,
+                    _describe(error),
+                )
 
     def _prune_if_due(self) -> None:
         retention = self._retention
@@ -463,7 +483,7 @@ class MetricsWriter:
         now = time.monotonic()
         with self._cond:
             self._healthy = False
-            waiting = len(self._buffer)
+            waiting = sum(entry.count for entry in self._pending)
         if self._down_since is None:
             self._down_since = now
             self._last_warning = now

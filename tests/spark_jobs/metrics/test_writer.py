@@ -2,7 +2,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import signal
 import sqlite3
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -12,6 +16,7 @@ import pytest
 import sqlalchemy
 
 from spark_jobs.metrics import writer as writer_module
+from spark_jobs.metrics.journal import MetricsJournal
 from spark_jobs.metrics.schema import (
     CheckpointRow,
     TransitionRow,
@@ -21,8 +26,10 @@ from spark_jobs.metrics.schema import (
     make_engine,
 )
 from spark_jobs.metrics.writer import MetricsWriter, retry_delay
+from spark_jobs.sources.storage import resolve_uri
 
 LOGGER = "spark_jobs.metrics.writer"
+REPO = Path(__file__).resolve().parents[3]
 T0 = datetime(2024, 5, 1, 12, 0, 0, 123456, tzinfo=UTC)
 # So long that the writer only tries when a test calls flush(): attempts happen at known points.
 MANUAL = 3600.0
@@ -306,14 +313,19 @@ def test_the_warning_is_repeated_at_most_every_30_seconds(
     )
 
 
-def test_close_spills_unwritten_rows_and_the_next_writer_delivers_them(
+def journal_at(tmp_path: Path) -> MetricsJournal:
+    return MetricsJournal(resolve_uri(str(tmp_path / "checkpoint" / "metrics-journal")))
+
+
+def test_rows_wait_in_the_journal_across_runs_until_the_database_is_back(
     backend, open_writer, tmp_path, caplog
 ):
     caplog.set_level(logging.INFO, logger=LOGGER)
-    spill = tmp_path / "spill" / "metrics.jsonl"
-    first = open_writer(backend.url, spill_path=spill, flush_interval_s=MANUAL)
+    journal = journal_at(tmp_path)
+    first = open_writer(backend.url, journal=journal, flush_interval_s=MANUAL)
     first.record_checkpoint(checkpoint(0))
     assert first.flush(timeout_s=10) is True
+    assert journal.names() == [], "a delivered row leaves the journal"
 
     backend.go_away()
     first.record_checkpoint(checkpoint(1))
@@ -322,105 +334,116 @@ def test_close_spills_unwritten_rows_and_the_next_writer_delivers_them(
     started = time.monotonic()
     first.close(timeout_s=0.5)
     assert time.monotonic() - started < 2.0
-
-    lines = spill.read_text(encoding="utf-8").splitlines()
-    assert [json.loads(line) for line in lines] == [
-        {
-            "table": "backlog_checkpoints",
-            "row": {
-                "job_name": "orders",
-                "run_id": "run-1",
-                "batch_id": 1,
-                "committed_at": "2024-05-01T12:00:01.123456+00:00",
-                "is_backlog": True,
-                "effective_interval_ms": None,
-                "num_input_rows": 1_000_001,
-                "batch_duration_ms": 201,
-                "watermark": "2024-05-01T11:50:01.123456+00:00",
-                "sources": '[{"name": "history", "is_backlog": true}]',
-                "observed_metrics": None,
-            },
-        },
-        {
-            "table": "backlog_transitions",
-            "row": {
-                "job_name": "orders",
-                "run_id": "run-1",
-                "at": "2024-05-01T12:00:02.123456+00:00",
-                "is_backlog": False,
-                "reason": "caught up",
-            },
-        },
-        {
-            "table": "backlog_checkpoints",
-            "row": {
-                "job_name": "orders",
-                "run_id": "run-1",
-                "batch_id": 2,
-                "committed_at": "2024-05-01T12:00:02.123456+00:00",
-                "is_backlog": True,
-                "effective_interval_ms": None,
-                "num_input_rows": 1_000_002,
-                "batch_duration_ms": 202,
-                "watermark": "2024-05-01T11:50:02.123456+00:00",
-                "sources": '[{"name": "history", "is_backlog": true}]',
-                "observed_metrics": '{"late_rows": 2}',
-            },
-        },
+    assert [row for name in journal.names() for row in journal.read(name)] == [
+        checkpoint(1),
+        transition(2, False, "caught up"),
+        checkpoint(2),
     ]
-    errors = messages(caplog, logging.ERROR)
-    assert len(errors) == 1
-    assert errors[0].startswith("3 rows of metrics could not be written to ")
-    assert backend.shown_url in errors[0]
-    assert f"; spilled to {spill}," in errors[0]
+    warnings = messages(caplog, logging.WARNING)
+    assert warnings[-1].startswith("3 rows of metrics could not be written to ")
+    assert warnings[-1].endswith(
+        f"yet; they wait in the journal at {journal.location}, for the next run of the job to "
+        "deliver"
+    )
+    assert "s3cret" not in caplog.text
 
-    # A restart while the database is still away keeps the file and adds only the new rows.
-    second = open_writer(backend.url, spill_path=spill, flush_interval_s=MANUAL)
+    # A restart while the database is still away keeps them and adds the new rows.
+    second = open_writer(backend.url, journal=journal, flush_interval_s=MANUAL)
     assert second.pending == 3
     second.record_checkpoint(checkpoint(3))
     assert second.flush(timeout_s=0.2) is False
     second.close(timeout_s=0.2)
-    lines = spill.read_text(encoding="utf-8").splitlines()
-    assert [json.loads(line)["row"].get("batch_id") for line in lines] == [1, None, 2, 3]
+    assert len(journal.names()) == 4
 
     backend.come_back()
-    third = open_writer(backend.url, spill_path=spill, flush_interval_s=MANUAL)
+    third = open_writer(backend.url, journal=journal, flush_interval_s=MANUAL)
     assert third.pending == 4
     third.record_checkpoint(checkpoint(4))
     assert third.flush(timeout_s=10) is True
-    assert wait_until(lambda: not spill.exists())
     assert third.pending == 0
     assert stored_checkpoints(backend.url) == [checkpoint(b) for b in range(5)]
     assert stored_transitions(backend.url) == [transition(2, False, "caught up")]
-    third.close()
-    assert not spill.exists()
-    assert len(messages(caplog, logging.ERROR)) == 2
+    assert journal.names() == []
 
 
-def test_close_without_a_spill_path_reports_the_lost_rows(
+RECORD_THEN_WAIT_FOR_SIGKILL = """
+import sys, time
+from tests.spark_jobs.metrics.test_writer import checkpoint
+from spark_jobs.metrics.journal import MetricsJournal
+from spark_jobs.metrics.writer import MetricsWriter
+writer = MetricsWriter(sys.argv[1], journal=MetricsJournal(sys.argv[2]), flush_interval_s=3600)
+for batch_id in range(1, 4):
+    writer.record_checkpoint(checkpoint(batch_id))
+print("recorded", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_driver_killed_while_the_database_is_away_loses_no_row(backend, tmp_path, open_writer):
+    journal = journal_at(tmp_path)
+    first = open_writer(backend.url)
+    first.record_checkpoint(checkpoint(0))
+    assert first.flush(timeout_s=10)  # the database exists, then goes away
+    backend.go_away()
+    process = subprocess.Popen(
+        [sys.executable, "-c", RECORD_THEN_WAIT_FOR_SIGKILL, backend.url, journal.location],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None and process.stdout.readline() == "recorded\n"
+    finally:
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait()
+    backend.come_back()
+    next_run = open_writer(backend.url, journal=journal, flush_interval_s=0.05)
+    assert next_run.flush(timeout_s=10) is True
+    assert stored_checkpoints(backend.url) == [checkpoint(b) for b in range(4)]
+
+
+def test_without_a_journal_memory_is_bounded_and_the_drop_is_loud(
     tmp_path, sqlite_url, open_writer, caplog
 ):
-    writer = open_writer(sqlite_url, flush_interval_s=MANUAL)
+    writer = open_writer(sqlite_url, flush_interval_s=MANUAL, max_memory_rows=3)
     writer.record_checkpoint(checkpoint(0))
     assert writer.flush(timeout_s=10) is True
     (tmp_path / "db").rename(tmp_path / "away")
-    writer.record_checkpoint(checkpoint(1))
-    writer.record_checkpoint(checkpoint(2))
-    writer.close(timeout_s=0.2)
+    for batch_id in range(1, 6):
+        writer.record_checkpoint(checkpoint(batch_id))
+    assert writer.pending == 3
     assert messages(caplog, logging.ERROR) == [
-        f"2 rows of metrics could not be written to {sqlite_url} and are lost (no spill file set)"
+        f"1 row of metrics dropped: more than 3 waited in memory for {sqlite_url}, and they "
+        "have no journal",
+        f"1 row of metrics dropped: more than 3 waited in memory for {sqlite_url}, and they "
+        "have no journal",
     ]
+    (tmp_path / "away").rename(tmp_path / "db")
+    assert writer.flush(timeout_s=10) is True
+    assert stored_checkpoints(sqlite_url) == [checkpoint(b) for b in (0, 3, 4, 5)]
+    writer.close()
+    assert messages(caplog, logging.ERROR)[-1].startswith("1 row of metrics dropped")
 
 
-def test_rows_recorded_after_close_go_to_the_spill_file(tmp_path, sqlite_url, open_writer):
-    spill = tmp_path / "spill.jsonl"
-    writer = open_writer(sqlite_url, spill_path=spill, flush_interval_s=0.05)
+def test_with_a_journal_rows_beyond_memory_are_read_back_from_it(tmp_path, sqlite_url, open_writer):
+    journal = journal_at(tmp_path)
+    (tmp_path / "db").write_text("a file where the database's directory belongs")
+    writer = open_writer(sqlite_url, journal=journal, flush_interval_s=MANUAL, max_memory_rows=2)
+    for batch_id in range(6):
+        writer.record_checkpoint(checkpoint(batch_id))
+    assert writer.pending == 6 and len(journal.names()) == 6
+    (tmp_path / "db").unlink()
+    assert writer.flush(timeout_s=10) is True
+    assert stored_checkpoints(sqlite_url) == [checkpoint(b) for b in range(6)]
+
+
+def test_rows_recorded_after_close_go_to_the_journal(tmp_path, sqlite_url, open_writer):
+    journal = journal_at(tmp_path)
+    writer = open_writer(sqlite_url, journal=journal, flush_interval_s=0.05)
     writer.close(timeout_s=2)
-    assert not spill.exists()
     writer.record_checkpoint(checkpoint(9))
-    assert [json.loads(line)["row"]["batch_id"] for line in spill.read_text().splitlines()] == [9]
-
-    again = open_writer(sqlite_url, spill_path=spill, flush_interval_s=0.05)
+    assert len(journal.names()) == 1
+    again = open_writer(sqlite_url, journal=journal, flush_interval_s=0.05)
     assert again.flush(timeout_s=10) is True
     assert stored_checkpoints(sqlite_url) == [checkpoint(9)]
 
@@ -450,32 +473,20 @@ def test_record_never_raises_and_invalid_rows_do_not_block_valid_ones(
     ]
 
 
-def test_unreadable_spill_lines_are_kept_aside(tmp_path, sqlite_url, open_writer, caplog):
-    spill = tmp_path / "spill.jsonl"
-    good = json.dumps(
-        {
-            "table": "backlog_transitions",
-            "row": {
-                "job_name": "orders",
-                "run_id": "run-1",
-                "at": "2024-05-01T14:00:00+02:00",
-                "is_backlog": True,
-                "reason": "spilled",
-            },
-        }
-    )
-    torn = '{"table": "backlog_checkpoints", "row": {"job_na'
-    spill.write_text(f"{good}\n{torn}\n", encoding="utf-8")
+def test_an_unreadable_journal_file_is_set_aside(tmp_path, sqlite_url, open_writer, caplog):
+    journal = journal_at(tmp_path)
+    journal.append([transition(0, True, "journaled")])
+    torn = journal.append([transition(1, True, "torn")])
+    path = tmp_path / "checkpoint" / "metrics-journal" / torn
+    path.write_text('{"table": "backlog_transitions", "row": {"job_na')
 
-    writer = open_writer(sqlite_url, spill_path=spill, flush_interval_s=0.05)
+    writer = open_writer(sqlite_url, journal=journal, flush_interval_s=0.05)
     assert writer.pending == 1
     assert writer.flush(timeout_s=10) is True
-    assert wait_until(lambda: not spill.exists())
-    assert stored_transitions(sqlite_url) == [
-        TransitionRow("orders", "run-1", datetime(2024, 5, 1, 12, 0, tzinfo=UTC), True, "spilled")
-    ]
-    assert (tmp_path / "spill.jsonl.rejected").read_text(encoding="utf-8") == torn + "\n"
-    assert any(f"{spill} line 2 is unreadable" in m for m in messages(caplog, logging.ERROR))
+    assert [t.reason for t in stored_transitions(sqlite_url)] == ["journaled"]
+    assert journal.names() == []
+    assert (path.parent / f"{torn}.rejected").exists()
+    assert any(f"journal file {torn} at " in m for m in messages(caplog, logging.ERROR))
 
 
 def test_retention_deletes_the_jobs_old_rows_but_its_latest_and_no_other_jobs(
