@@ -8,10 +8,9 @@ write with, which imports no pyspark.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
@@ -22,15 +21,14 @@ from airflow.sdk.exceptions import AirflowException
 from sqlalchemy.engine import URL, Engine, make_url
 
 from airflow_provider_backlog import METRICS_CONN_TYPE
+from spark_jobs.metrics import control, lease
 from spark_jobs.metrics.schema import (
     APPLIED,
     CLAIMED,
     PENDING,
     STOP,
-    WITHDRAWN,
     as_utc,
     backlog_checkpoints,
-    backlog_control,
     backlog_leases,
     create_tables,
     make_engine,
@@ -235,12 +233,15 @@ class BacklogMetricsHook(DbApiHook):
         *,
         timeout_s: float,
         poll_s: float = 1.0,
+        run_id: str | None = None,
     ) -> str:
         """Ask the running job to ``reconfigure`` (with ``settings``) or ``stop`` and return
-        its answer. Raises JobRequestError when it rejects the request, or when no run
-        answers within ``timeout_s``; the request is then withdrawn, so that a run started
-        later does not act on it."""
-        request_id = self._request(job_name, action, settings)
+        its answer; with ``run_id``, only that run may act on it (another rejects it).
+        Raises JobRequestError when it rejects the request, or when no run answers within
+        ``timeout_s``; the request is then withdrawn, so that a run started later does not
+        act on it."""
+        with self.engine.begin() as connection:
+            request_id = control.send(connection, job_name, action, settings, run_id)
         self.log.info(
             "asked job %s to %s %s (request %s)", job_name, action, settings or "", request_id
         )
@@ -274,76 +275,44 @@ class BacklogMetricsHook(DbApiHook):
             )
         return answer
 
-    def _request(self, job_name: str, action: str, settings: dict[str, str] | None) -> int:
-        with self.engine.begin() as connection:
-            result = connection.execute(
-                backlog_control.insert().values(
-                    job_name=job_name,
-                    requested_at=datetime.now(UTC),
-                    action=action,
-                    settings=json.dumps(settings or {}, sort_keys=True),
-                    status=PENDING,
-                )
-            )
-            (request_id,) = result.inserted_primary_key
-        return int(request_id)
-
     def _await_answer(
         self, request_id: int, wait_s: float, poll_s: float
     ) -> tuple[str, str | None]:
         """The request's status and the job's answer, waiting up to ``wait_s`` for one."""
-        table = backlog_control
-        query = sa.select(table.c.status, table.c.answer).where(table.c.id == request_id)
         deadline = time.monotonic() + wait_s
         while True:
             with self.engine.connect() as connection:
-                status, answer = connection.execute(query).one()
+                status, answer = control.status_of(connection, request_id)
             if status not in (PENDING, CLAIMED) or time.monotonic() >= deadline:
                 return status, answer
             time.sleep(poll_s)
 
     def _withdraw(self, request_id: int) -> bool:
         """Take back a request no run has taken; False if one took it meanwhile."""
-        table = backlog_control
         with self.engine.begin() as connection:
-            result = connection.execute(
-                table.update()
-                .where(table.c.id == request_id, table.c.status == PENDING)
-                .values(status=WITHDRAWN, answered_at=datetime.now(UTC))
-            )
-        return result.rowcount == 1
+            return control.withdraw(connection, request_id)
 
-    def live_run(self, job_name: str, now: datetime) -> LiveRun | None:
-        """The run whose driver holds a lease of this job and renews it, if any."""
-        table = backlog_leases
+    def live_run(self, job_name: str) -> LiveRun | None:
+        """The run whose driver holds a lease of this job and renews it, if any (judged by
+        the database's clock, which every driver's lease is kept by)."""
         with self.engine.connect() as connection:
-            rows = connection.execute(
-                sa.select(table).where(table.c.job_name == job_name, table.c.released_at.is_(None))
-            ).all()
-        for row in rows:
-            expires_at = as_utc(row.expires_at)
-            assert expires_at is not None
-            if expires_at > now:
-                return LiveRun(
-                    job_name, row.run_id, row.checkpoint_location, expires_at, row.spark_ui_url
-                )
-        return None
+            held = lease.live_lease(connection, job_name)
+        if held is None:
+            return None
+        return LiveRun(
+            job_name, held.run_id, held.checkpoint_location, held.expires_at, held.spark_ui_url
+        )
 
     def release(self, job_name: str, run_id: str) -> bool:
         """Release the lease of a run whose driver is known to have ended (a launch task
         ended it), so that the next run need not wait for it to expire."""
-        table = backlog_leases
         with self.engine.begin() as connection:
-            result = connection.execute(
-                table.update()
-                .where(
-                    table.c.job_name == job_name,
-                    table.c.run_id == run_id,
-                    table.c.released_at.is_(None),
-                )
-                .values(released_at=datetime.now(UTC))
-            )
-        return result.rowcount > 0
+            return lease.release_run(connection, job_name, run_id)
+
+    def database_now(self) -> datetime:
+        """The metrics database's clock, which lease times are kept by."""
+        with self.engine.connect() as connection:
+            return lease.database_now(connection)
 
     def run_start(self, job_name: str, run_id: str) -> RunStart | None:
         """The run's first committed checkpoint and its Spark UI; None until both exist."""
@@ -365,45 +334,34 @@ class BacklogMetricsHook(DbApiHook):
         assert committed is not None
         return RunStart(run_id, committed, ui.spark_ui_url)
 
-    def run_stopped(self, job_name: str, since: datetime, now: datetime) -> str | None:
+    def run_stopped(self, job_name: str, since: datetime) -> str | None:
         """Why waiting for the job is pointless, or None: its driver died (its lease
         expired without being released), or its run ended after ``since``."""
-        table = backlog_leases
         with self.engine.connect() as connection:
-            lease = connection.execute(
-                sa.select(table.c.run_id, table.c.expires_at, table.c.released_at)
-                .where(table.c.job_name == job_name)
-                .order_by(table.c.acquired_at.desc())
-                .limit(1)
-            ).one_or_none()
-        if lease is None:
+            latest = lease.latest_lease(connection, job_name)
+            now = lease.database_now(connection)
+        if latest is None:
             return None
-        expires_at, released_at = as_utc(lease.expires_at), as_utc(lease.released_at)
-        assert expires_at is not None
-        if released_at is None and expires_at <= now:
+        if latest.released_at is None and latest.expires_at <= now:
             return (
-                f"the driver of job {job_name!r} (run {lease.run_id}) stopped renewing its "
-                f"lease, which expired at {expires_at.isoformat()}: it has died"
+                f"the driver of job {job_name!r} (run {latest.run_id}) stopped renewing its "
+                f"lease, which expired at {latest.expires_at.isoformat()}: it has died"
             )
-        if released_at is not None and released_at >= since:
+        if latest.released_at is not None and latest.released_at >= since:
             return (
-                f"the run {lease.run_id} of job {job_name!r} ended at "
-                f"{released_at.isoformat()} while it was awaited"
+                f"the run {latest.run_id} of job {job_name!r} ended at "
+                f"{latest.released_at.isoformat()} while it was awaited"
             )
         return None
 
     def run_released(self, job_name: str, run_id: str | None, wait_s: float, poll_s: float) -> bool:
         """Whether the job's run (the latest, when ``run_id`` is None) has let go of its
         lease, that is ended cleanly, waiting up to ``wait_s``."""
-        table = backlog_leases
-        query = sa.select(table.c.released_at).where(table.c.job_name == job_name)
-        if run_id is not None:
-            query = query.where(table.c.run_id == run_id)
-        query = query.order_by(table.c.acquired_at.desc()).limit(1)
         deadline = time.monotonic() + wait_s
         while True:
             with self.engine.connect() as connection:
-                released = connection.execute(query).scalar_one_or_none()
-            if released is not None or time.monotonic() >= deadline:
-                return released is not None
+                latest = lease.latest_lease(connection, job_name, run_id)
+            released = latest is not None and latest.released_at is not None
+            if released or time.monotonic() >= deadline:
+                return released
             time.sleep(poll_s)

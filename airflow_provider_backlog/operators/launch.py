@@ -6,7 +6,7 @@ import subprocess
 import threading
 import time
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -89,7 +89,7 @@ class BacklogLaunchOperator(BaseOperator):
         return BacklogMetricsHook(self.metrics_conn_id)
 
     def execute(self, context: Any) -> dict[str, Any]:
-        running = self.metrics.live_run(self.job_name, datetime.now(UTC))
+        running = self.metrics.live_run(self.job_name)
         if running is not None:
             raise AirflowException(
                 f"job {self.job_name!r} is already running: {running.describe()}. Stop it "
@@ -255,7 +255,7 @@ class BacklogRelaunchOperator(BacklogLaunchOperator):
         self.stop_timeout = stop_timeout
 
     def execute(self, context: Any) -> dict[str, Any]:
-        running = self.metrics.live_run(self.job_name, datetime.now(UTC))
+        running = self.metrics.live_run(self.job_name)
         if running is None:
             self.log.info("no run of job %s is running: launching it", self.job_name)
         else:

@@ -44,7 +44,7 @@ class _JobSensor(BaseSensorOperator):
         now = datetime.now(UTC)
         snapshot = hook.job_snapshot(self.job_name, self.expectation.checkpoints)
         met = self.expectation.met_by(snapshot, now)
-        stopped = None if met else hook.run_stopped(self.job_name, self._since(context), now)
+        stopped = None if met else hook.run_stopped(self.job_name, self._since(context))
         if stopped is not None:
             raise AirflowException(stopped)
         self.log.info(

@@ -54,7 +54,7 @@ class JobExpectationTrigger(BaseTrigger):
                 snapshot = await asyncio.to_thread(
                     hook.job_snapshot, self.job_name, self.expectation.checkpoints
                 )
-                stopped = await asyncio.to_thread(hook.run_stopped, self.job_name, since, now)
+                stopped = await asyncio.to_thread(hook.run_stopped, self.job_name, since)
             except Exception as error:
                 yield TriggerEvent(
                     {

@@ -18,7 +18,6 @@ import shutil
 import subprocess
 import sys
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -157,7 +156,7 @@ def stop_job(env: dict[str, str]) -> str:
     from airflow_provider_backlog.hooks.metrics import BacklogMetricsHook
 
     hook = BacklogMetricsHook()
-    if hook.live_run(JOB, datetime.now(UTC)) is None:
+    if hook.live_run(JOB) is None:
         return "no run of the job is alive"
     return hook.stop(JOB, answer_timeout_s=60, stop_timeout_s=180)
 

@@ -1,29 +1,49 @@
-"""The lease that keeps one live driver per job and checkpoint location.
+"""The lease that keeps one live driver per checkpoint: both sides of its protocol.
 
 Two drivers on one checkpoint would both commit batches, and a sink is exactly-once only
-for one writer. The driver acquires the lease before its query starts and renews it well
-within its time to live; a driver that dies stops renewing, so the lease expires and a
-restarted driver (an Airflow retry) takes over. A driver that finds its lease taken stops.
+for one writer. The driver takes the lease of its checkpoint location before its query
+starts and renews it well within its time to live; a driver that dies stops renewing, the
+lease expires, and a restarted driver (an Airflow retry) takes over. Airflow reads the same
+rows to find a job's live run.
+
+Every lease time is the database's: hosts' clocks differ, and a driver whose clock runs
+ahead must not see a lease as expired that its holder renewed a moment ago. The holder
+itself judges how long its lease is confirmed with its own monotonic clock, from just
+before the renewal it sent, so it stops starting batches before any other driver could
+take the lease over, whatever the wall clocks say.
+
+The lease is keyed by the checkpoint location (normalized): a checkpoint holds one job's
+offsets and state, so a second job name on it is refused as firmly as a second driver.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 import sqlalchemy as sa
 
-from spark_jobs.metrics.schema import backlog_leases, create_tables, make_engine
+from spark_jobs.metrics.periodic import PeriodicThread
+from spark_jobs.metrics.schema import as_utc, backlog_leases, create_tables, make_engine
 
 logger = logging.getLogger(__name__)
 
+#: The holder stops starting batches this share of the time to live before its lease could
+#: expire, leaving room for a batch start that was already being decided.
+FENCE_MARGIN = 0.1
+
 
 class LeaseHeld(RuntimeError):
-    """Another live driver holds the lease; the message names it and until when."""
+    """The checkpoint's lease is held (by a live driver, or by another job); the message
+    names the holder."""
+
+
+class LeaseLost(RuntimeError):
+    """This run's lease was taken over by another run: it must stop at once."""
 
 
 @dataclass(frozen=True)
@@ -37,38 +57,108 @@ class Lease:
     released_at: datetime | None
 
     def alive(self, now: datetime) -> bool:
+        """Held and renewed: ``now`` must be the database's time."""
         return self.released_at is None and self.expires_at > now
 
 
-def _row_to_lease(row: sa.Row) -> Lease:
+@dataclass(frozen=True)
+class Acquired:
+    """A lease just taken, and the run that held it before (whose last batches may have
+    committed without being recorded)."""
+
+    lease: Lease
+    previous_run_id: str | None
+    #: Until when (this host's monotonic clock) the lease is surely held.
+    confirmed_until: float
+
+
+def database_now(connection: sa.Connection) -> datetime:
+    """The database's current time, in UTC. SQLite's clock is the clock of the host using
+    the file, which is also the only host that can."""
+    if connection.dialect.name == "sqlite":
+        text = connection.exec_driver_sql("SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')").scalar()
+        now = as_utc(str(text))
+    else:
+        now = as_utc(connection.execute(sa.select(sa.func.clock_timestamp())).scalar())
+    assert now is not None
+    return now
+
+
+def _lease(row: sa.Row) -> Lease:
     values = dict(row._mapping)
     for key in ("acquired_at", "expires_at", "released_at"):
-        if values[key] is not None and values[key].tzinfo is None:
-            values[key] = values[key].replace(tzinfo=UTC)
+        values[key] = as_utc(values[key])
     return Lease(**values)
 
 
-class LeaseStore:
-    """Reads and writes leases in the metrics database."""
+def lease_at(connection: sa.Connection, checkpoint_location: str) -> Lease | None:
+    table = backlog_leases
+    row = connection.execute(
+        sa.select(table).where(table.c.checkpoint_location == checkpoint_location)
+    ).one_or_none()
+    return None if row is None else _lease(row)
 
-    def __init__(self, url: str, clock: Callable[[], datetime] = lambda: datetime.now(UTC)):
+
+def live_lease(connection: sa.Connection, job_name: str) -> Lease | None:
+    """The lease of ``job_name`` that a driver holds and renews, if any."""
+    table = backlog_leases
+    row = connection.execute(
+        sa.select(table).where(
+            table.c.job_name == job_name,
+            table.c.released_at.is_(None),
+            table.c.expires_at > database_now(connection),
+        )
+    ).first()
+    return None if row is None else _lease(row)
+
+
+def latest_lease(
+    connection: sa.Connection, job_name: str, run_id: str | None = None
+) -> Lease | None:
+    """The job's most recently taken lease (of ``run_id``, when given)."""
+    table = backlog_leases
+    query = sa.select(table).where(table.c.job_name == job_name)
+    if run_id is not None:
+        query = query.where(table.c.run_id == run_id)
+    row = connection.execute(query.order_by(table.c.acquired_at.desc()).limit(1)).first()
+    return None if row is None else _lease(row)
+
+
+def release_run(connection: sa.Connection, job_name: str, run_id: str) -> bool:
+    """Let go of ``run_id``'s lease (its driver has ended); False if it held none."""
+    table = backlog_leases
+    result = connection.execute(
+        table.update()
+        .where(
+            table.c.job_name == job_name, table.c.run_id == run_id, table.c.released_at.is_(None)
+        )
+        .values(released_at=database_now(connection))
+    )
+    return result.rowcount > 0
+
+
+class LeaseStore:
+    """Takes, renews and releases leases in the metrics database."""
+
+    def __init__(self, url: str, monotonic: Callable[[], float] = time.monotonic):
         self._engine = make_engine(url)
-        self._clock = clock
+        self._monotonic = monotonic
+        self._tables_ready = False
 
     def close(self) -> None:
         self._engine.dispose()
 
-    def get(self, job_name: str, checkpoint_location: str) -> Lease | None:
-        table = backlog_leases
+    @contextmanager
+    def _transaction(self) -> Iterator[sa.Connection]:
         with self._engine.begin() as connection:
-            create_tables(connection)
-            row = connection.execute(
-                sa.select(table).where(
-                    table.c.job_name == job_name,
-                    table.c.checkpoint_location == checkpoint_location,
-                )
-            ).one_or_none()
-        return None if row is None else _row_to_lease(row)
+            if not self._tables_ready:
+                create_tables(connection)
+            yield connection
+        self._tables_ready = True
+
+    def get(self, checkpoint_location: str) -> Lease | None:
+        with self._engine.connect() as connection:
+            return lease_at(connection, checkpoint_location)
 
     def acquire(
         self,
@@ -78,20 +168,21 @@ class LeaseStore:
         ttl_s: float,
         spark_ui_url: str | None = None,
         wait_s: float = 0.0,
-    ) -> Lease:
-        """Take the lease, waiting up to ``wait_s`` for a holder's lease to expire; raise
-        LeaseHeld naming the holder if it is still renewed.
+    ) -> Acquired:
+        """Take the lease of ``checkpoint_location``, waiting up to ``wait_s`` for a holder's
+        lease to expire; raise LeaseHeld naming the holder if it is still renewed, or at once
+        if the checkpoint belongs to another job.
 
         A holder that is alive renews every third of its time to live, so waiting one time
         to live tells a live holder from a dead one.
         """
-        deadline = time.monotonic() + wait_s
+        deadline = self._monotonic() + wait_s
         while True:
             try:
                 return self._try_acquire(job_name, checkpoint_location, run_id, ttl_s, spark_ui_url)
-            except LeaseHeld:
-                if time.monotonic() >= deadline:
-                    raise
+            except _Busy as busy:
+                if self._monotonic() >= deadline:
+                    raise LeaseHeld(str(busy)) from None
             time.sleep(min(1.0, ttl_s / 3))
 
     def _try_acquire(
@@ -101,112 +192,156 @@ class LeaseStore:
         run_id: str,
         ttl_s: float,
         spark_ui_url: str | None,
-    ) -> Lease:
+    ) -> Acquired:
         table = backlog_leases
-        now = self._clock()
-        values = {
-            "run_id": run_id,
-            "acquired_at": now,
-            "expires_at": now + timedelta(seconds=ttl_s),
-            "spark_ui_url": spark_ui_url,
-            "released_at": None,
-        }
-        where = (table.c.job_name == job_name) & (
-            table.c.checkpoint_location == checkpoint_location
-        )
-        with self._engine.begin() as connection:
-            create_tables(connection)
-            taken = connection.execute(
-                table.update()
-                .where(where, (table.c.released_at.is_not(None)) | (table.c.expires_at <= now))
-                .values(**values)
-            ).rowcount
-            if not taken:
+        started = self._monotonic()
+        with self._transaction() as connection:
+            now = database_now(connection)
+            held = lease_at(connection, checkpoint_location)
+            values = {
+                "job_name": job_name,
+                "run_id": run_id,
+                "acquired_at": now,
+                "expires_at": now + timedelta(seconds=ttl_s),
+                "spark_ui_url": spark_ui_url,
+                "released_at": None,
+            }
+            if held is not None and held.job_name != job_name:
+                raise LeaseHeld(_another_job(job_name, held))
+            if held is None:
                 try:
-                    # A savepoint: a concurrent driver's insert must not abort the transaction.
-                    with connection.begin_nested():
+                    with connection.begin_nested():  # a concurrent insert must not abort it all
                         connection.execute(
-                            table.insert().values(
-                                job_name=job_name,
-                                checkpoint_location=checkpoint_location,
-                                **values,
-                            )
+                            table.insert().values(checkpoint_location=checkpoint_location, **values)
                         )
-                    taken = 1
                 except sa.exc.IntegrityError:
-                    taken = 0
-        if not taken:
-            holder = self.get(job_name, checkpoint_location)
-            assert holder is not None
-            raise LeaseHeld(
-                f"job {job_name!r} at checkpoint {checkpoint_location} is already run by "
-                f"{holder.run_id} (lease renewed until {holder.expires_at.isoformat()}); "
-                "stop it first, or wait for its lease to expire if its driver has died"
-            )
-        lease = self.get(job_name, checkpoint_location)
-        assert lease is not None
-        return lease
+                    raise _Busy(f"checkpoint {checkpoint_location} was just taken") from None
+            else:
+                taken = connection.execute(
+                    table.update()
+                    .where(
+                        table.c.checkpoint_location == checkpoint_location,
+                        table.c.job_name == job_name,
+                        table.c.released_at.is_not(None) | (table.c.expires_at <= now),
+                    )
+                    .values(**values)
+                ).rowcount
+                if not taken:
+                    raise _Busy(_held_by(held))
+        lease = Lease(checkpoint_location=checkpoint_location, **values)  # type: ignore[arg-type]
+        previous = held.run_id if held is not None else None
+        return Acquired(lease, previous, started + ttl_s)
 
     def renew(self, lease: Lease, ttl_s: float) -> bool:
         """Extend a lease still held by its run; False if it was lost (taken over)."""
         table = backlog_leases
-        with self._engine.begin() as connection:
+        with self._transaction() as connection:
             renewed = connection.execute(
                 table.update()
                 .where(
-                    table.c.job_name == lease.job_name,
                     table.c.checkpoint_location == lease.checkpoint_location,
                     table.c.run_id == lease.run_id,
                     table.c.released_at.is_(None),
                 )
-                .values(expires_at=self._clock() + timedelta(seconds=ttl_s))
+                .values(expires_at=database_now(connection) + timedelta(seconds=ttl_s))
             ).rowcount
         return bool(renewed)
 
     def release(self, lease: Lease) -> None:
-        table = backlog_leases
-        with self._engine.begin() as connection:
-            connection.execute(
-                table.update()
-                .where(
-                    table.c.job_name == lease.job_name,
-                    table.c.checkpoint_location == lease.checkpoint_location,
-                    table.c.run_id == lease.run_id,
-                )
-                .values(released_at=self._clock())
-            )
+        with self._transaction() as connection:
+            release_run(connection, lease.job_name, lease.run_id)
+
+
+class _Busy(Exception):
+    """The lease is held by a live driver of this job: worth waiting for."""
+
+
+def _held_by(lease: Lease) -> str:
+    return (
+        f"job {lease.job_name!r} at checkpoint {lease.checkpoint_location} is already run by "
+        f"{lease.run_id} (lease renewed until {lease.expires_at.isoformat()}, database time); "
+        "stop it first, or wait for its lease to expire if its driver has died"
+    )
+
+
+def _another_job(job_name: str, lease: Lease) -> str:
+    state = "holds it" if lease.released_at is None else "ran there last"
+    return (
+        f"checkpoint {lease.checkpoint_location} belongs to job {lease.job_name!r} (its run "
+        f"{lease.run_id} {state}), not to {job_name!r}: a checkpoint holds one job's offsets "
+        "and state; use the job name it was started with, or a new checkpoint"
+    )
 
 
 class LeaseKeeper:
-    """Renews a held lease every third of its time to live on its own thread; calls
-    ``on_lost`` once if it finds the lease gone (another driver took over)."""
+    """Renews a held lease every third of its time to live, and tells the run what it may do.
 
-    def __init__(self, store: LeaseStore, lease: Lease, on_lost: Callable[[], None], ttl_s: float):
+    ``confirmed_until`` is the monotonic time until which the lease is surely held (less a
+    margin); past it, the run must start no batch. ``on_confirmed`` gets each new deadline,
+    ``on_lost`` is called once if another run took the lease over.
+    """
+
+    def __init__(
+        self,
+        store: LeaseStore,
+        acquired: Acquired,
+        ttl_s: float,
+        on_confirmed: Callable[[float], None],
+        on_lost: Callable[[str], None],
+        monotonic: Callable[[], float] = time.monotonic,
+    ):
         self._store = store
-        self.lease = lease
-        self._on_lost = on_lost
+        self.lease = acquired.lease
         self._ttl_s = ttl_s
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="backlog-lease", daemon=True)
+        self._on_confirmed = on_confirmed
+        self._on_lost = on_lost
+        self._monotonic = monotonic
+        self.confirmed_until = self._fence(acquired.confirmed_until)
+        self._thread = PeriodicThread("backlog-lease", self.renew_once, first_delay_s=ttl_s / 3)
+
+    def _fence(self, held_until: float) -> float:
+        return held_until - FENCE_MARGIN * self._ttl_s
 
     def start(self) -> None:
+        self._on_confirmed(self.confirmed_until)
         self._thread.start()
 
-    def _run(self) -> None:
-        while not self._stop.wait(self._ttl_s / 3):
-            try:
-                held = self._store.renew(self.lease, self._ttl_s)
-            except sa.exc.SQLAlchemyError as error:
-                logger.warning("cannot renew the lease (will retry): %s", error)
-                continue
-            if not held:
-                logger.error("lost the lease of %s: another driver took over", self.lease)
-                self._on_lost()
-                return
+    def confirmed(self) -> bool:
+        return self._monotonic() < self.confirmed_until
+
+    def renew_once(self) -> float:
+        """One renewal; returns the wait before the next (sooner after a failure)."""
+        started = self._monotonic()
+        try:
+            held = self._store.renew(self.lease, self._ttl_s)
+        except sa.exc.SQLAlchemyError as error:
+            left = self.confirmed_until - self._monotonic()
+            logger.warning(
+                "cannot renew the lease of %s (%s); %s",
+                self.lease.checkpoint_location,
+                " ".join(str(getattr(error, "orig", error)).split())[:300],
+                f"batches stop in {left:.1f} s unless a renewal succeeds"
+                if left > 0
+                else "no batch starts until a renewal succeeds",
+            )
+            return min(self._ttl_s / 10, 1.0)
+        if not held:
+            message = (
+                f"run {self.lease.run_id} lost the lease of {self.lease.checkpoint_location}: "
+                "another run took it over after this one failed to renew it"
+            )
+            logger.error("%s", message)
+            self._thread.stop(timeout_s=0)
+            self._on_lost(message)
+            return self._ttl_s
+        was_confirmed = self.confirmed()
+        self.confirmed_until = self._fence(started + self._ttl_s)
+        if not was_confirmed:
+            logger.info("the lease of %s is confirmed again", self.lease.checkpoint_location)
+        self._on_confirmed(self.confirmed_until)
+        return self._ttl_s / 3
 
     def release(self) -> None:
         """Stop renewing and let the lease go (the run ended cleanly)."""
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=10)
+        self._thread.stop()
         self._store.release(self.lease)

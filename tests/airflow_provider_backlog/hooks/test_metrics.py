@@ -161,25 +161,31 @@ def test_a_database_the_job_has_not_written_yet_has_no_snapshot(monkeypatch, tmp
 
 
 def test_the_live_run_is_the_one_whose_lease_is_renewed_and_not_released(connected):
-    leases = LeaseStore(connected, clock=lambda: T0)
+    leases = LeaseStore(connected)
     hook = BacklogMetricsHook(CONN_ID)
-    assert hook.live_run("events", T0) is None
-    lease = leases.acquire("events", "file:///ck", "r1", 30, spark_ui_url="http://driver:4040")
-    live = hook.live_run("events", T0 + timedelta(seconds=29))
+    assert hook.live_run("events") is None
+    held = leases.acquire("events", "file:///ck", "r1", 1.5, spark_ui_url="http://driver:4040")
+    live = hook.live_run("events")
     assert live is not None
     assert live.describe() == (
-        "run r1 of job 'events' at file:///ck (lease renewed until "
-        "2026-11-21T12:00:30+00:00, Spark UI http://driver:4040)"
+        f"run r1 of job 'events' at file:///ck (lease renewed until "
+        f"{held.lease.expires_at.isoformat()}, Spark UI http://driver:4040)"
     )
-    assert hook.live_run("events", T0 + timedelta(seconds=30)) is None, "expired: driver died"
-    leases.release(lease)
-    assert hook.live_run("events", T0 + timedelta(seconds=1)) is None
+    while hook.database_now() < held.lease.expires_at:
+        time.sleep(0.1)
+    assert hook.live_run("events") is None, "expired by the database's clock: driver died"
+    assert "stopped renewing its lease" in hook.run_stopped("events", T0)
+    retaken = leases.acquire("events", "file:///ck", "r2", 30).lease
+    assert hook.live_run("events").run_id == "r2"
+    leases.release(retaken)
+    assert hook.live_run("events") is None
+    assert hook.run_released("events", "r2", wait_s=0, poll_s=0.1)
     leases.close()
 
 
 def test_a_run_has_started_once_it_holds_its_lease_and_has_committed(connected):
     hook = BacklogMetricsHook(CONN_ID)
-    leases = LeaseStore(connected, clock=lambda: T0)
+    leases = LeaseStore(connected)
     leases.acquire("events", "file:///ck", "r2", 30, spark_ui_url="http://driver:4041")
     assert hook.run_start("events", "r2") is None
     add_checkpoints(connected, "events", "r1", T0 - timedelta(minutes=5), "bb")

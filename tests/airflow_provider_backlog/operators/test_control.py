@@ -34,7 +34,7 @@ def running_job(connected, tmp_path):
     )
     coordinator.start()
     leases = LeaseStore(connected)
-    lease = leases.acquire("events", "file:///checkpoint", "run-1", 30)
+    lease = leases.acquire("events", "file:///checkpoint", "run-1", 30).lease
     # As the runtime does: a stop ends the run, which lets go of its lease.
     poller = ControlPoller(
         config, conf, coordinator.reconfigure, lambda: leases.release(lease), every_s=0.1
@@ -106,4 +106,4 @@ def test_a_stop_is_answered_and_waits_until_the_run_has_ended(running_job, conne
         task_id="stop", job_name="events", metrics_conn_id=CONN_ID, poll_interval_s=0.1
     )
     assert stop.execute({}) == "run run-1 stops after its next committed checkpoint"
-    assert LeaseStore(connected).get("events", "file:///checkpoint").released_at is not None
+    assert LeaseStore(connected).get("file:///checkpoint").released_at is not None

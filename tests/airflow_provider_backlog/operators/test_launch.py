@@ -1,6 +1,5 @@
 import subprocess
 import time
-from datetime import UTC, datetime
 
 import psutil
 import pytest
@@ -42,7 +41,7 @@ def test_a_launch_is_refused_while_a_driver_holds_the_jobs_lease(connected):
 
 def test_a_launch_after_the_drivers_lease_was_released_goes_ahead_to_spark_submit(connected):
     leases = LeaseStore(connected)
-    leases.release(leases.acquire("events", "file:///ck", "r1", 30))
+    leases.release(leases.acquire("events", "file:///ck", "r1", 30).lease)
     # It gets as far as the Spark connection, which this test leaves undefined.
     with pytest.raises(AirflowException, match="Spark connection 'no_such_spark' is not defined"):
         launch().execute({})
@@ -91,7 +90,7 @@ def test_killing_the_task_ends_the_driver_tree_at_once_and_releases_its_lease(co
     # Airflow SIGKILLs a task 5 s after its SIGTERM, on_kill finished or not.
     assert time.monotonic() - began < 5
     assert not [p for p in tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
-    assert BacklogMetricsHook(CONN_ID).live_run("events", datetime.now(UTC)) is None
+    assert BacklogMetricsHook(CONN_ID).live_run("events") is None
     with pytest.raises(AirflowException, match=r"^the task was killed while run r1 started"):
         operator._await_start("r1", operator._driver)
     leases.close()
@@ -134,5 +133,5 @@ def test_in_cluster_mode_killing_the_task_asks_the_cluster_and_keeps_the_lease(
     operator.on_kill()
     operator._cluster_kill.wait(10)
     assert asked.read_text() == "application -kill application_1700000000000_0042\n"
-    assert BacklogMetricsHook(CONN_ID).live_run("events", datetime.now(UTC)).run_id == "r1"
+    assert BacklogMetricsHook(CONN_ID).live_run("events").run_id == "r1"
     leases.close()

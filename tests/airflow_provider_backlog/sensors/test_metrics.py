@@ -92,10 +92,10 @@ def test_an_impossible_wait_is_refused_when_the_dag_is_parsed():
 def test_a_run_that_ended_while_awaited_fails_the_sensor_but_an_earlier_one_does_not(connected):
     store = LeaseStore(connected)
     try:
-        store.release(store.acquire("events", "file:///ck", "run-1", 30))
+        store.release(store.acquire("events", "file:///ck", "run-1", 30).lease)
         sensor = live_sensor(deferrable=False)  # began after run-1 ended: a relaunch is due
         assert not sensor.poke({})
-        store.release(store.acquire("events", "file:///ck", "run-2", 30))
+        store.release(store.acquire("events", "file:///ck", "run-2", 30).lease)
         with pytest.raises(AirflowException) as raised:
             sensor.poke({})
         assert str(raised.value).startswith("the run run-2 of job 'events' ended at ")

@@ -1,4 +1,5 @@
 import json
+import time
 from datetime import UTC, datetime
 
 import sqlalchemy as sa
@@ -20,7 +21,9 @@ CONF = {
 }
 
 
-def request(url: str, job: str, settings: object, action: str = "reconfigure") -> int:
+def request(
+    url: str, job: str, settings: object, action: str = "reconfigure", for_run: str | None = None
+) -> int:
     engine = make_engine(url)
     with engine.begin() as connection:
         create_tables(connection)
@@ -32,6 +35,7 @@ def request(url: str, job: str, settings: object, action: str = "reconfigure") -
                 action=action,
                 settings=text,
                 status="pending",
+                for_run_id=for_run,
             )
         )
     engine.dispose()
@@ -117,3 +121,80 @@ def test_requests_are_validated_applied_or_rejected_and_answered(tmp_path):
         (other_job, "pending", None, None),
         (stop, "applied", "run run-7 stops after its next committed checkpoint", "run-7"),
     ]
+
+
+def claimed_by(url: str, request_id: int, run_id: str) -> None:
+    engine = make_engine(url)
+    with engine.begin() as connection:
+        connection.execute(
+            backlog_control.update()
+            .where(backlog_control.c.id == request_id)
+            .values(status="claimed", answered_by_run=run_id)
+        )
+    engine.dispose()
+
+
+def wait_for_answers(url: str, count: int, timeout_s: float = 20) -> list[tuple]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        rows = answers(url)
+        if sum(status in ("applied", "rejected") for _, status, *_ in rows) >= count:
+            return rows
+        time.sleep(0.05)
+    raise AssertionError(f"not {count} answers in time: {answers(url)}")
+
+
+def test_every_request_gets_an_answer_whatever_goes_wrong_and_the_poller_goes_on(tmp_path):
+    url = f"sqlite:///{tmp_path}/metrics.db"
+    conf = CONF | {"spark.backlog.metrics.url": url}
+    config = BacklogConfig.from_spark_conf(conf)
+    failures = iter([RuntimeError("the coordinator is confused")])
+
+    def reconfigure(_config):
+        failure = next(failures, None)
+        if failure is not None:
+            raise failure
+
+    nested = "[" * 100_000 + "]" * 100_000
+    too_deep = request(url, "events", nested)
+    confused = request(url, "events", {"spark.backlog.checkpointing.interval": "10s"})
+    unknown = request(url, "events", {}, action="pause")
+    for_another = request(url, "events", {}, action="stop", for_run="run-6")
+    orphan = request(url, "events", {}, action="stop")
+    claimed_by(url, orphan, "run-5")  # a run that died between taking it and answering
+    good = request(url, "events", {"spark.backlog.checkpointing.interval": "20s"})
+
+    poller = ControlPoller(config, conf, reconfigure, lambda: None, every_s=0.05)
+    poller.start()
+    try:
+        rows = {row[0]: row[1:] for row in wait_for_answers(url, 6)}
+    finally:
+        poller.close()
+    status, answer, by = rows[too_deep]
+    assert (status, by) == ("rejected", "run-7")
+    assert answer.startswith(
+        "invalid backlog configuration:\n  the request is not JSON (maximum recursion depth "
+    )
+    assert answer.endswith("[[[[[[[[...'")
+    assert rows[confused] == (
+        "rejected",
+        "the job could not act on it: RuntimeError: the coordinator is confused",
+        "run-7",
+    )
+    assert rows[unknown] == (
+        "rejected",
+        "unknown action 'pause': expected reconfigure or stop",
+        "run-7",
+    )
+    assert rows[for_another] == (
+        "rejected",
+        "this request is for run run-6, but run run-7 runs job 'events' now",
+        "run-7",
+    )
+    assert rows[orphan] == (
+        "rejected",
+        "run run-5 took this request but ended before answering it; run run-7 now runs the "
+        "job: ask again if it still applies",
+        "run-5",
+    )
+    assert rows[good][0] == "applied"

@@ -1,91 +1,234 @@
+import glob
+import os
+import subprocess
+import sys
 import threading
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 
-from spark_jobs.metrics.lease import LeaseHeld, LeaseKeeper, LeaseStore
+from spark_jobs.metrics.lease import (
+    FENCE_MARGIN,
+    LeaseHeld,
+    LeaseKeeper,
+    LeaseStore,
+    database_now,
+    live_lease,
+)
+from spark_jobs.metrics.schema import make_engine, metadata
 
 CHECKPOINT = "file:///data/checkpoints/events"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
+REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture
 def stores(backend):
-    clock = Clock()
-    made = [LeaseStore(backend.url, clock) for _ in range(2)]
-    yield (*made, clock)
+    made = [LeaseStore(backend.url) for _ in range(2)]
+    yield made
     for store in made:
         store.close()
 
 
 def test_a_second_driver_is_refused_while_the_first_renews(stores):
-    first, second, clock = stores
-    lease = first.acquire("events", CHECKPOINT, "run-1", 30, spark_ui_url="http://driver:4040")
-    assert (lease.run_id, lease.expires_at, lease.spark_ui_url) == (
+    first, second = stores
+    acquired = first.acquire("events", CHECKPOINT, "run-1", 30, spark_ui_url="http://driver:4040")
+    lease = acquired.lease
+    assert (lease.run_id, lease.spark_ui_url, acquired.previous_run_id) == (
         "run-1",
-        clock.now + timedelta(seconds=30),
         "http://driver:4040",
+        None,
     )
-    clock.now += timedelta(seconds=20)
+    assert lease.expires_at - lease.acquired_at == timedelta(seconds=30)
     assert first.renew(lease, 30)
-    clock.now += timedelta(seconds=20)
     with pytest.raises(LeaseHeld) as raised:
         second.acquire("events", CHECKPOINT, "run-2", 30)
-    assert str(raised.value) == (
-        f"job 'events' at checkpoint {CHECKPOINT} is already run by run-1 (lease renewed until "
-        "2026-11-21T12:00:50+00:00); stop it first, or wait for its lease to expire if its "
-        "driver has died"
+    message = str(raised.value)
+    assert message.startswith(f"job 'events' at checkpoint {CHECKPOINT} is already run by run-1")
+    assert message.endswith(
+        "database time); stop it first, or wait for its lease to expire if its driver has died"
     )
-    # another job, or another checkpoint of the same job, is another lease
-    assert second.acquire("orders", CHECKPOINT, "run-3", 30).run_id == "run-3"
-    assert second.acquire("events", CHECKPOINT + "-b", "run-4", 30).run_id == "run-4"
+    # another checkpoint of the same job is another lease
+    assert second.acquire("events", CHECKPOINT + "-b", "run-4", 30).lease.run_id == "run-4"
+
+
+def test_a_second_job_name_on_one_checkpoint_is_refused_even_after_the_first_ended(stores):
+    first, second = stores
+    acquired = first.acquire("events", CHECKPOINT, "run-1", 30)
+    for _ in range(2):
+        with pytest.raises(LeaseHeld) as raised:
+            second.acquire("orders", CHECKPOINT, "run-2", 30, wait_s=0.5)
+        assert str(raised.value).startswith(
+            f"checkpoint {CHECKPOINT} belongs to job 'events' (its run run-1 "
+        )
+        assert str(raised.value).endswith(
+            "not to 'orders': a checkpoint holds one job's offsets and state; use the job name "
+            "it was started with, or a new checkpoint"
+        )
+        first.release(acquired.lease)
 
 
 def test_a_dead_drivers_lease_expires_and_is_taken_over(stores):
-    first, second, clock = stores
-    lease = first.acquire("events", CHECKPOINT, "run-1", 30)
-    clock.now += timedelta(seconds=30)
-    assert second.acquire("events", CHECKPOINT, "run-2", 30).run_id == "run-2"
+    first, second = stores
+    dead = first.acquire("events", CHECKPOINT, "run-1", 0.3).lease
+    taken = second.acquire("events", CHECKPOINT, "run-2", 30, wait_s=5)
+    assert (taken.lease.run_id, taken.previous_run_id) == ("run-2", "run-1")
     # the old driver, if it was only stalled, learns that it lost the lease
-    assert not first.renew(lease, 30)
+    assert not first.renew(dead, 30)
 
 
 def test_a_released_lease_is_free_at_once(stores):
-    first, second, _ = stores
-    first.release(first.acquire("events", CHECKPOINT, "run-1", 30))
-    assert not first.get("events", CHECKPOINT).alive(datetime.now(UTC))
-    assert second.acquire("events", CHECKPOINT, "run-2", 30).run_id == "run-2"
+    first, second = stores
+    first.release(first.acquire("events", CHECKPOINT, "run-1", 30).lease)
+    assert second.acquire("events", CHECKPOINT, "run-2", 30).lease.run_id == "run-2"
 
 
 def test_acquiring_waits_out_a_lease_that_is_no_longer_renewed(backend):
     store = LeaseStore(backend.url)
     try:
         store.acquire("events", CHECKPOINT, "run-1", 0.5)  # its driver then dies
-        assert store.acquire("events", CHECKPOINT, "run-2", 0.5, wait_s=2).run_id == "run-2"
+        assert store.acquire("events", CHECKPOINT, "run-2", 0.5, wait_s=3).lease.run_id == "run-2"
         with pytest.raises(LeaseHeld):
             store.acquire("events", CHECKPOINT, "run-3", 30, wait_s=0)
     finally:
         store.close()
 
 
-def test_the_keeper_renews_and_reports_a_lost_lease(backend):
+def faketime_library() -> str:
+    found = glob.glob("/usr/lib/*/faketime/libfaketime.so.1")
+    if not found:
+        if os.environ.get("CI") == "true":
+            pytest.fail("libfaketime is missing; scripts/install-test-tools installs it")
+        pytest.skip("libfaketime is missing (apt-get install faketime)")
+    return found[0]
+
+
+TAKE_IN_A_SKEWED_PROCESS = """
+import sys
+from datetime import UTC, datetime
+from spark_jobs.metrics.lease import LeaseHeld, LeaseStore
+print("local clock", datetime.now(UTC).isoformat(), file=sys.stderr)
+try:
+    LeaseStore(sys.argv[1]).acquire("events", sys.argv[2], "skewed-run", 3)
+except LeaseHeld as error:
+    print(error)
+    sys.exit(3)
+"""
+
+
+def test_a_driver_whose_clock_runs_ahead_cannot_take_a_renewed_lease(postgres_server):
+    """Lease times are the database's: a host clock 40 s ahead, more than the time to live,
+    does not make a lease that was just renewed look expired."""
+    postgres_server.start()
+    engine = make_engine(postgres_server.url)
+    metadata.drop_all(engine)
+    engine.dispose()
+    store = LeaseStore(postgres_server.url)
+    try:
+        store.acquire("events", CHECKPOINT, "run-1", 3)
+        env = {
+            **os.environ,
+            "LD_PRELOAD": faketime_library(),
+            "FAKETIME": "+40s",
+            "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+        }
+        result = subprocess.run(
+            [sys.executable, "-c", TAKE_IN_A_SKEWED_PROCESS, postgres_server.url, CHECKPOINT],
+            env=env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        skewed = datetime.fromisoformat(result.stderr.split("local clock ")[1].split()[0])
+        assert skewed - datetime.now(UTC) > timedelta(seconds=30), "the clock was not skewed"
+        assert result.returncode == 3, result.stderr
+        assert "is already run by run-1" in result.stdout
+    finally:
+        store.close()
+
+
+def test_the_keeper_fences_while_it_cannot_renew_and_resumes_once_it_can(backend):
     store = LeaseStore(backend.url)
-    lost = threading.Event()
-    keeper = LeaseKeeper(store, store.acquire("events", CHECKPOINT, "run-1", 0.6), lost.set, 0.6)
+    confirmed: list[float] = []
+    lost: list[str] = []
+    ttl = 3.0
+    keeper = LeaseKeeper(
+        store, store.acquire("events", CHECKPOINT, "run-1", ttl), ttl, confirmed.append, lost.append
+    )
     keeper.start()
     try:
-        threading.Event().wait(1.5)  # past the time to live: only renewals keep it
-        assert store.get("events", CHECKPOINT).alive(datetime.now(UTC))
-        assert not lost.is_set()
-        store.release(keeper.lease)  # as if another driver had taken it over
-        assert lost.wait(2)
+        assert keeper.confirmed() and len(confirmed) == 1
+        wait_until(lambda: len(confirmed) >= 3, "two renewals", 10)
+        backend.go_away()
+        # No renewal can confirm it: the run stops starting batches before it could expire.
+        wait_until(lambda: not keeper.confirmed(), "the fence", ttl + 2)
+        assert confirmed[-1] - confirmed[-2] <= ttl
+        backend.come_back()
+        wait_until(keeper.confirmed, "the lease confirmed again", 15)
+        assert not lost
     finally:
         keeper.release()
         store.close()
+
+
+def test_the_keeper_reports_a_lost_lease_once(backend):
+    store = LeaseStore(backend.url)
+    lost = threading.Event()
+    messages: list[str] = []
+
+    def on_lost(message: str) -> None:
+        messages.append(message)
+        lost.set()
+
+    acquired = store.acquire("events", CHECKPOINT, "run-1", 3)
+    keeper = LeaseKeeper(store, acquired, 3, lambda _: None, on_lost)
+    keeper.start()
+    try:
+        store.release(acquired.lease)  # as if another driver had taken it over
+        assert lost.wait(5)
+        assert messages == [
+            f"run run-1 lost the lease of {CHECKPOINT}: another run took it over after this "
+            "one failed to renew it"
+        ]
+    finally:
+        keeper.release()
+        store.close()
+
+
+def test_the_fence_falls_before_the_lease_could_expire(backend):
+    store = LeaseStore(backend.url)
+    try:
+        acquired = store.acquire("events", CHECKPOINT, "run-1", 10)
+        keeper = LeaseKeeper(store, acquired, 10, lambda _: None, lambda _: None)
+        assert keeper.confirmed_until == acquired.confirmed_until - FENCE_MARGIN * 10
+        engine = make_engine(backend.url)
+        with engine.connect() as connection:
+            live = live_lease(connection, "events")
+            now = database_now(connection)
+        engine.dispose()
+        assert live is not None and live.expires_at - now > timedelta(seconds=9)
+    finally:
+        store.close()
+
+
+def wait_until(condition, what: str, timeout_s: float) -> None:
+    deadline = datetime.now(UTC) + timedelta(seconds=timeout_s)
+    while datetime.now(UTC) < deadline:
+        if condition():
+            return
+        threading.Event().wait(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_database_time_comes_from_the_database(backend):
+    engine = make_engine(backend.url)
+    try:
+        with engine.connect() as connection:
+            now = database_now(connection)
+            assert now.tzinfo is not None
+            assert abs((now - datetime.now(UTC)).total_seconds()) < 5
+            connection.execute(sa.text("SELECT 1"))
+    finally:
+        engine.dispose()
