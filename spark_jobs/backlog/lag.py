@@ -11,7 +11,7 @@ Pure, like the decider: time comes only from the injected clock.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
@@ -81,7 +81,12 @@ class _SourceState:
 
 
 class LagDetector:
-    """Applies the lag rules on top of each source's phase and remembers their state."""
+    """Applies the lag rules on top of each source's phase and remembers their state.
+
+    The state outlives a run: ``state`` gives it as JSON for the metrics, and ``restore``
+    seeds a restarted run with it, so a rule that held a source in backlog still holds it
+    (and its hysteresis and dwell time still count) as if the job had never stopped.
+    """
 
     def __init__(self, rules: LagRules, clock: Clock):
         self._rules = rules
@@ -126,3 +131,36 @@ class LagDetector:
             rule_name = source.released_by or status.rule
         source.in_backlog = is_backlog
         return replace(status, is_backlog=is_backlog, rule=rule_name)
+
+    def state(self, name: str) -> dict[str, object]:
+        """What the rules remember of one source, as JSON (empty before it was observed)."""
+        source = self._sources.get(name)
+        if source is None:
+            return {}
+        return {
+            "in_backlog": source.in_backlog,
+            "released_by": source.released_by,
+            "rules": {
+                rule: {"in_backlog": state.in_backlog, "since": state.since}
+                for rule, state in source.rules.items()
+            },
+        }
+
+    def restore(self, name: str, state: Mapping[str, object]) -> None:
+        """Pick up where ``state`` (as ``state`` gave it, in an earlier run) left off;
+        anything unreadable in it is ignored, leaving the rules fresh."""
+        rules = state.get("rules")
+        if not isinstance(rules, Mapping):
+            return
+        source = _SourceState(
+            in_backlog=bool(state.get("in_backlog")),
+            released_by=released if isinstance(released := state.get("released_by"), str) else None,
+        )
+        for rule, kept in rules.items():
+            if rule in (OFFSET_LAG, WATERMARK_LAG) and isinstance(kept, Mapping):
+                since = kept.get("since")
+                source.rules[rule] = _RuleState(
+                    in_backlog=bool(kept.get("in_backlog")),
+                    since=float(since) if isinstance(since, int | float) else None,
+                )
+        self._sources[name] = source

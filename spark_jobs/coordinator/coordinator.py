@@ -6,9 +6,10 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from spark_jobs.backlog.config import BacklogConfig
 from spark_jobs.backlog.decider import CheckpointDecider, CommittedBatch, Decision
@@ -43,6 +44,34 @@ class Recorder(Protocol):
     def record_transition(self, row: TransitionRow) -> None: ...
 
 
+@dataclass(frozen=True)
+class Seed:
+    """The job's status as its last recorded checkpoint left it, where a new run picks up.
+
+    A restart is not a change of status: the new run's first status is a transition only
+    if it differs from this one, and the lag rules keep their state. Without a seed (the
+    job's first run), the first status is the job's first transition.
+    """
+
+    backlog_sources: frozenset[str]
+    lag_states: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    @classmethod
+    def from_sources_json(cls, text: str) -> Seed:
+        """From a checkpoint row's ``sources`` column."""
+        entries = [e for e in json.loads(text) if isinstance(e, dict) and "name" in e]
+        return cls(
+            backlog_sources=frozenset(
+                str(e["name"]) for e in entries if e.get("is_backlog") and not e.get("finished")
+            ),
+            lag_states={
+                str(e["name"]): e["lag_state"]
+                for e in entries
+                if isinstance(e.get("lag_state"), dict)
+            },
+        )
+
+
 class BacklogCoordinator:
     """Aggregates the sources' statuses, asks the decider, applies the answer and records it.
 
@@ -60,6 +89,7 @@ class BacklogCoordinator:
         clock: Callable[[], float] = time.time,
         probes: Iterable[StatusProbe] = (),
         graph: OperatorGraph | None = None,
+        seed: Seed | None = None,
     ):
         self.config = config
         # Progress arrives on the listener's thread, reconfigurations on the control poller's.
@@ -73,6 +103,10 @@ class BacklogCoordinator:
         self._clock = clock
         self._lag = LagDetector(config.lag_rules, clock)
         self._backlog_sources: set[str] | None = None
+        if seed is not None:
+            self._backlog_sources = set(seed.backlog_sources)
+            for name, state in seed.lag_states.items():
+                self._lag.restore(name, state)
         self._runs: set[str] = set()
         self.last_progress: BatchProgress | None = None
 
@@ -84,7 +118,10 @@ class BacklogCoordinator:
     def start(self) -> Decision:
         """Apply the first decision, informed by the probes when there are any."""
         if self._probes:
-            self._observe([probe.status() for probe in self._probes], datetime.now(UTC))
+            self._observe(
+                [probe.status() for probe in self._probes],
+                datetime.fromtimestamp(self._clock(), UTC),
+            )
             decision = self.decider.on_status(bool(self._backlog_sources))
         else:
             decision = self.decider.decision
@@ -147,7 +184,7 @@ class BacklogCoordinator:
         now_backlog = set(self.model.backlog_sources())
         before = self._backlog_sources
         self._backlog_sources = now_backlog
-        if before is None or bool(before) == bool(now_backlog):
+        if before is not None and bool(before) == bool(now_backlog):
             return
         reason = self._reason(before, now_backlog)
         self._recorder.record_transition(
@@ -168,9 +205,14 @@ class BacklogCoordinator:
             operators,
         )
 
-    def _reason(self, before: set[str], now: set[str]) -> str:
-        """Which sources changed and by which rule: ``hybrid-phase: events is live (landing)``."""
-        changed = sorted(now - before) if now else sorted(before - now)
+    def _reason(self, before: set[str] | None, now: set[str]) -> str:
+        """Which sources changed and by which rule: ``hybrid-phase: events is live (landing)``.
+        The job's first status names what it rests on: every source in backlog, or else
+        every source."""
+        if before is None:
+            changed = sorted(now) if now else sorted(s.name for s in self.model.sources())
+        else:
+            changed = sorted(now - before) if now else sorted(before - now)
         parts = []
         for name in changed:
             status = self.model.status(name)
@@ -195,7 +237,12 @@ class BacklogCoordinator:
                 num_input_rows=progress.num_input_rows,
                 batch_duration_ms=progress.duration_ms,
                 watermark=progress.watermark,
-                sources=json.dumps([s.as_json() for s in self.model.sources()]),
+                sources=json.dumps(
+                    [
+                        s.as_json() | {"lag_state": self._lag.state(s.name)}
+                        for s in self.model.sources()
+                    ]
+                ),
                 observed_metrics=json.dumps(progress.observed_metrics)
                 if progress.observed_metrics
                 else None,

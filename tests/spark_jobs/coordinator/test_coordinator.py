@@ -1,4 +1,5 @@
 import json
+from datetime import UTC, datetime
 
 import pytest
 import sqlalchemy as sa
@@ -7,7 +8,7 @@ from spark_jobs.backlog.config import BacklogConfig
 from spark_jobs.backlog.graph import Operator, OperatorGraph, OperatorKind
 from spark_jobs.backlog.status import SourceStatus
 from spark_jobs.coordinator.appliers import SourceGatedApplier
-from spark_jobs.coordinator.coordinator import BacklogCoordinator
+from spark_jobs.coordinator.coordinator import BacklogCoordinator, Seed
 from spark_jobs.coordinator.progress import BatchProgress
 from spark_jobs.metrics.schema import as_utc, backlog_checkpoints, backlog_transitions, make_engine
 from spark_jobs.metrics.writer import MetricsWriter
@@ -110,11 +111,18 @@ def test_backlog_then_live_is_decided_published_and_recorded(parts):
             "phase": "history",
             "lag": {"files_behind": 0},
             "rule": "hybrid-phase",
+            "lag_state": {"in_backlog": True, "released_by": None, "rules": {}},
         }
     ]
     assert json.loads(first["observed_metrics"])["event_time"]["rows"] == 30000
 
-    [transition] = rows(engine, backlog_transitions)
+    # The job's first status is its first transition.
+    started, transition = rows(engine, backlog_transitions)
+    assert (started["is_backlog"], started["reason"]) == (
+        True,
+        "hybrid-phase: events is in backlog (history)",
+    )
+    assert as_utc(started["at"]) == backlog.committed_at
     assert transition["is_backlog"] is False
     assert transition["reason"] == "hybrid-phase: events is live (landing)"
     assert as_utc(transition["at"]) == handoff.committed_at
@@ -143,7 +151,10 @@ def test_transitions_name_each_source_that_changed(parts):
     coordinator.on_progress(two_sources({"backlog": False, "phase": "tail"}))
     coordinator.on_progress(two_sources({"backlog": True, "phase": "replay"}, live_backlog=True))
     assert writer.flush()
-    [transition] = rows(engine, backlog_transitions)
+    started, transition = rows(engine, backlog_transitions)
+    assert started["reason"] == (
+        "hybrid-phase: events is live (landing); hybrid-phase: history is live (tail)"
+    )
     assert transition["reason"] == (
         "hybrid-phase: events is in backlog (landing); hybrid-phase: history is in backlog (replay)"
     )
@@ -229,9 +240,17 @@ def test_offset_lag_holds_a_live_phase_in_backlog_and_brings_the_job_back_after_
             "phase": "landing",
             "lag": {"files_behind": 0, "offsets_behind_latest": 5000},
             "rule": "offset-lag",
+            "lag_state": {
+                "in_backlog": True,
+                "released_by": None,
+                "rules": {
+                    "offset-lag": {"in_backlog": True, "since": batches[1].committed_at.timestamp()}
+                },
+            },
         }
     ]
     assert transitions(engine) == [
+        (batches[0].committed_at, True, "hybrid-phase: events is in backlog (history)"),
         (batches[3].committed_at, False, "offset-lag: events is live (landing)"),
         (batches[4].committed_at, True, "offset-lag: events is in backlog (landing)"),
         (batches[6].committed_at, False, "offset-lag: events is live (landing)"),
@@ -246,7 +265,8 @@ def test_a_hybrid_handoff_below_the_lag_threshold_is_still_named_by_its_phase(ma
     coordinator.on_progress(handoff)
     assert writer.flush()
     assert transitions(engine) == [
-        (handoff.committed_at, False, "hybrid-phase: events is live (landing)")
+        (backlog.committed_at, True, "hybrid-phase: events is in backlog (history)"),
+        (handoff.committed_at, False, "hybrid-phase: events is live (landing)"),
     ]
 
 
@@ -285,6 +305,7 @@ def test_watermark_lag_counts_only_batches_that_read_rows(make_parts):
     assert writer.flush()
     assert decisions == [False, False, True, False]
     assert transitions(engine) == [
+        (batches[0].committed_at, False, "hybrid-phase: events is live (landing)"),
         (batches[2].committed_at, True, "watermark-lag: events is in backlog (landing)"),
         (batches[3].committed_at, False, "watermark-lag: events is live (landing)"),
     ]
@@ -307,13 +328,16 @@ class LaggingProbe:
 
 def test_probed_statuses_pass_through_the_lag_rules_from_the_start(make_parts):
     probe = LaggingProbe(offsets=4000)
-    coordinator, _, writer, engine, _ = make_parts({**CONF, **OFFSET_LAG}, probes=[probe])
+    coordinator, _, writer, engine, clock = make_parts({**CONF, **OFFSET_LAG}, probes=[probe])
     assert coordinator.start().is_backlog is True
     probe.offsets = 80
     batch = BatchProgress.from_json(recorded("file_source"))
     assert coordinator.on_progress(batch).is_backlog is False
     assert writer.flush()
-    assert transitions(engine) == [(batch.committed_at, False, "offset-lag: orders is live (tail)")]
+    assert transitions(engine) == [
+        (datetime.fromtimestamp(clock.now, UTC), True, "offset-lag: orders is in backlog (tail)"),
+        (batch.committed_at, False, "offset-lag: orders is live (tail)"),
+    ]
 
 
 def test_a_batch_replayed_after_a_restart_tells_no_status(make_parts):
@@ -338,6 +362,74 @@ def test_a_batch_replayed_after_a_restart_tells_no_status(make_parts):
             rule="offset-lag",
         )
     ]
-    # the lagging batch is the run's first status, not a switch from a live one
-    assert transitions(engine) == []
+    # the lagging batch tells the job's first status, not a switch from a live one
+    assert transitions(engine) == [
+        (lagging.committed_at, True, "offset-lag: events is in backlog (landing)")
+    ]
     assert [r["is_backlog"] for r in rows(engine, backlog_checkpoints)] == [False, True]
+
+
+def burst_batches() -> list[BatchProgress]:
+    return [
+        BatchProgress.from_json(recorded("hybrid_backlog")),
+        behind("hybrid_handoff", 5000),
+        behind("hybrid_live", 500),
+        behind("hybrid_live", 50, batchId=4, timestamp="2026-11-21T11:50:13.300Z"),
+        behind("hybrid_live", 2000, batchId=5, timestamp="2026-11-21T11:50:15.500Z"),
+        behind("hybrid_live", 999, batchId=6, timestamp="2026-11-21T11:50:17.700Z"),
+        behind("hybrid_live", 0, batchId=7, timestamp="2026-11-21T11:50:19.900Z"),
+    ]
+
+
+def run_batches(tmp_path, name: str, batches, seed: Seed | None = None):
+    """One run of the job over ``batches``: its transitions and its last checkpoint row."""
+    config = BacklogConfig.from_spark_conf({**CONF, **OFFSET_LAG, "spark.backlog.run-id": name})
+    url = f"sqlite:///{tmp_path}/{name}.db"
+    clock = FakeClock(batches[0].committed_at.timestamp())
+    with MetricsWriter(url) as writer:
+        coordinator = BacklogCoordinator(
+            config,
+            SourceGatedApplier(PlanChannel(tmp_path / name), config),
+            writer,
+            clock=clock,
+            seed=seed,
+        )
+        for batch in batches:
+            clock.now = batch.committed_at.timestamp()
+            coordinator.on_progress(batch)
+        assert writer.flush()
+    engine = make_engine(url)
+    changes = [(at, is_backlog, reason) for at, is_backlog, reason in transitions(engine)]
+    last = rows(engine, backlog_checkpoints)[-1]
+    engine.dispose()
+    return changes, last
+
+
+@pytest.mark.parametrize("restart_after", range(1, 7))
+def test_a_restarted_run_records_the_transitions_a_continuous_run_would(tmp_path, restart_after):
+    """Seeded from the job's last recorded checkpoint, the second run neither repeats the
+    status the first left nor forgets a lag rule that held the job in backlog."""
+    batches = burst_batches()
+    continuous, _ = run_batches(tmp_path, "continuous", batches)
+    before, last = run_batches(tmp_path, "first", batches[:restart_after])
+    after, _ = run_batches(
+        tmp_path, "second", batches[restart_after:], Seed.from_sources_json(last["sources"])
+    )
+    assert before + after == continuous
+    assert [change[1] for change in continuous] == [True, False, True, False]
+
+
+def test_a_seed_from_another_query_names_only_what_changed(make_parts, tmp_path):
+    seed = Seed(backlog_sources=frozenset({"orders"}))
+    config = BacklogConfig.from_spark_conf(CONF)
+    with MetricsWriter(f"sqlite:///{tmp_path}/m.db") as writer:
+        coordinator = BacklogCoordinator(
+            config, SourceGatedApplier(PlanChannel(tmp_path), config), writer, seed=seed
+        )
+        assert coordinator.job_is_backlog is True
+        coordinator.on_progress(BatchProgress.from_json(recorded("hybrid_live")))
+        assert writer.flush()
+        engine = make_engine(f"sqlite:///{tmp_path}/m.db")
+        assert [r["reason"] for r in rows(engine, backlog_transitions)] == [
+            "reported: orders is live"
+        ]

@@ -106,6 +106,7 @@ def test_native_kafka_lag_drives_restarts_and_transitions_through_the_coordinato
         ).all()
     # The probe's status at the start (no lag known) is live: the lag found is a switch.
     assert [tuple(change) for change in changes] == [
+        (False, "reported: events is live (kafka)"),
         (True, "offset-lag: events is in backlog (kafka)"),
         (False, "offset-lag: events is live (kafka)"),
     ]
