@@ -8,6 +8,7 @@ source releases a batch only when the plan allows it.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -37,6 +38,7 @@ class TriggerPlan:
     standing: bool
     stale_after_s: float
     starts: dict[str, Any] | None = None
+    budgets: dict[str, int] | None = None
 
     @classmethod
     def from_decision(
@@ -45,6 +47,7 @@ class TriggerPlan:
         decision: Decision,
         stale_after_s: float,
         starts: dict[str, Any] | None = None,
+        budgets: dict[str, int] | None = None,
     ) -> TriggerPlan:
         return cls(
             seq=seq,
@@ -53,7 +56,14 @@ class TriggerPlan:
             standing=decision.standing,
             stale_after_s=stale_after_s,
             starts=starts,
+            budgets=budgets,
         )
+
+    def rows_for(self, source: str) -> int:
+        """The most rows ``source`` may put into the next batch."""
+        if self.budgets is None:
+            return self.max_rows
+        return self.budgets.get(source, 0)
 
     def releases(
         self, now: float, start: dict[str, Any], last_seq: int | None, waiting_since: float
@@ -77,3 +87,35 @@ class TriggerPlan:
     @classmethod
     def from_json(cls, text: str) -> TriggerPlan:
         return cls(**json.loads(text))
+
+
+def share_rows(cap: int, demands: Mapping[str, int | None]) -> dict[str, int]:
+    """Split one batch's row cap among its sources, max-min fair.
+
+    ``demands`` holds the rows each source has waiting (None: unknown, as good as unbounded).
+    A source that wants less than an equal share gets what it wants; the others split the
+    rest equally; whatever no source wants is handed out equally on top, as headroom for
+    rows that arrived since the demands were measured. The shares add up to ``cap``, so one
+    source alone gets all of it, and no source gets less than ``min(demand, cap / n)``.
+    """
+    names = sorted(demands)
+    if not names:
+        return {}
+    shares = dict.fromkeys(names, 0)
+    waiting = list(names)
+    left = cap
+    while waiting and left > 0:
+        equal = left // len(waiting)
+        modest = [n for n in waiting if (d := demands[n]) is not None and d <= equal]
+        if not modest:
+            for name in waiting:
+                shares[name] += equal
+            left -= equal * len(waiting)
+            break
+        for name in modest:
+            shares[name] += demands[name] or 0
+            left -= demands[name] or 0
+            waiting.remove(name)
+    for index, name in enumerate(names):  # what nobody asked for, and rounding
+        shares[name] += left // len(names) + (1 if index < left % len(names) else 0)
+    return shares

@@ -9,13 +9,15 @@ limit (measured gap 0.6-1.8 s; a new limit applies one batch late).
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from spark_jobs.backlog.config import BacklogConfig
 from spark_jobs.backlog.decider import Decision
-from spark_jobs.backlog.plan import STALE_GRACE_S, TriggerPlan
+from spark_jobs.backlog.lag import OFFSETS_BEHIND_LATEST
+from spark_jobs.backlog.plan import STALE_GRACE_S, TriggerPlan, share_rows
+from spark_jobs.backlog.status import SourceStatus
 from spark_jobs.backlog.values import processing_time
 from spark_jobs.coordinator.coordinator import StatusProbe
 from spark_jobs.coordinator.progress import BatchProgress
@@ -28,12 +30,19 @@ SHRINK_FACTOR = 4.0
 
 
 class SourceGatedApplier:
-    """Publishes each decision as a numbered plan for the gated sources to follow."""
+    """Publishes each decision as a numbered plan for the gated sources to follow.
 
-    def __init__(self, channel: PlanChannel, config: BacklogConfig):
+    The decided rows bound the whole batch: with several gated sources in one query each
+    gets its share (``share_rows``), sized by what it had waiting after the last batch.
+    ``sources`` names the gated sources known before any batch (from the query's plan), so
+    that even the first batch is shared.
+    """
+
+    def __init__(self, channel: PlanChannel, config: BacklogConfig, sources: Iterable[str] = ()):
         self._channel = channel
         self._stale_after_s = config.interval_s + STALE_GRACE_S
         self._seq = 0
+        self._demands: dict[str, int | None] = dict.fromkeys(sources)
 
     def reconfigure(self, config: BacklogConfig) -> None:
         self._stale_after_s = config.interval_s + STALE_GRACE_S
@@ -41,15 +50,26 @@ class SourceGatedApplier:
     def apply(self, decision: Decision, progress: BatchProgress | None = None) -> None:
         starts = None
         if progress is not None:
-            starts = {
-                str(source.end_offset["source"]): source.end_offset
-                for source in progress.sources
-                if source.hybrid_status() is not None
-            }
+            starts = {}
+            for source in progress.sources:
+                status = source.hybrid_status()
+                if status is not None:
+                    starts[status.name] = source.end_offset
+                    self._demands[status.name] = _waiting_rows(status, source.num_input_rows)
+        budgets = share_rows(decision.max_rows, self._demands) if len(self._demands) > 1 else None
         self._seq += 1
         self._channel.publish(
-            TriggerPlan.from_decision(self._seq, decision, self._stale_after_s, starts)
+            TriggerPlan.from_decision(self._seq, decision, self._stale_after_s, starts, budgets)
         )
+
+
+def _waiting_rows(status: SourceStatus, last_batch_rows: int) -> int | None:
+    """Rows a source has waiting, as it reported them (None: it cannot tell), and at least
+    as many as its last batch took: a live source will have about that many again."""
+    if status.finished:
+        return 0
+    waiting = status.lag.get("rows_behind", status.lag.get(OFFSETS_BEHIND_LATEST))
+    return None if waiting is None else max(int(waiting), last_batch_rows, 1)
 
 
 class BatchLimits(Protocol):

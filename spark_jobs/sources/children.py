@@ -33,10 +33,13 @@ class SourceContext:
 
 @dataclass(frozen=True)
 class Planned:
-    """How far the next batch may go, and what is known about the data left behind."""
+    """How far the next batch may go, how many rows that is (None: not known before reading),
+    and what is known about the data left behind (``rows_behind``: rows waiting after
+    ``end``, where known)."""
 
     end: Position
     lag: Mapping[str, Any] = field(default_factory=dict)
+    rows: int | None = None
 
 
 @dataclass(frozen=True)

@@ -144,12 +144,15 @@ class HybridStreamReader(DataSourceStreamReader):
                 "options 'maxRowsPerTrigger' and 'maxFilesPerTrigger' exclude each other; set one"
             )
         channel = opts.get("backlogchannel")
-        self.gate = SourceGate(PlanChannel(channel)) if channel else None
+        self.gate = SourceGate(PlanChannel(channel), self.source_name) if channel else None
         self.latest: dict[str, Any] | None = None
 
     # --- offsets ---------------------------------------------------------------------------
 
-    def _offset(self, index: int, position: dict[str, Any]) -> dict[str, Any]:
+    def _offset(self, index: int, position: dict[str, Any], rows: int | None) -> dict[str, Any]:
+        """The offset at ``position`` of child ``index``. ``rows`` is how many rows the batch
+        ending here takes, so that its checkpoint's metrics can be rebuilt from the offset
+        log if the driver dies before recording them."""
         child = self.children[index]
         offset = {
             "source": self.source_name,
@@ -160,10 +163,16 @@ class HybridStreamReader(DataSourceStreamReader):
         }
         if index == len(self.children) - 1 and child.is_exhausted(position):
             offset["finished"] = True
+        if rows is not None:
+            offset["rows"] = rows
         return offset
 
     def initialOffset(self) -> dict[str, Any]:
-        return self._offset(0, self.children[0].initial_position())
+        """Called once, at the first start of the query: every child resolves its starting
+        position now (a topic's ``latest`` means its end at this moment, not when the
+        children before it are done), and keeps it in its state."""
+        positions = [child.initial_position() for child in self.children]
+        return self._offset(0, positions[0], rows=None)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.max_rows:
@@ -187,10 +196,12 @@ class HybridStreamReader(DataSourceStreamReader):
             index += 1
             position = self.children[index].initial_position()
         planned = self.children[index].plan(position, limits)
-        end = self._offset(index, planned.end)
+        end = self._offset(index, planned.end, planned.rows)
         self.latest = {**end, "lag": dict(planned.lag)}
         del self.latest["position"]
-        if end != start and self.gate is not None:
+        if (index, planned.end) == (start["child"], start["position"]):
+            return start  # nothing new: no batch
+        if self.gate is not None:
             self.gate.mark_released()
         return end
 

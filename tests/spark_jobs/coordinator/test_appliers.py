@@ -1,7 +1,12 @@
+import json
+
 from spark_jobs.backlog.config import BacklogConfig
 from spark_jobs.backlog.decider import Decision
-from spark_jobs.coordinator.appliers import RestartApplier, TriggerSettings
+from spark_jobs.coordinator.appliers import RestartApplier, SourceGatedApplier, TriggerSettings
 from spark_jobs.coordinator.kafka_source_probe import NativeKafkaProbe
+from spark_jobs.coordinator.progress import BatchProgress
+from spark_jobs.sources.gate import PlanChannel
+from tests.spark_jobs.coordinator.conftest import recorded
 
 CONFIG = BacklogConfig.from_spark_conf(
     {
@@ -93,3 +98,28 @@ def test_another_kind_of_limit_is_always_worth_a_restart():
     limits.option = "maxBytesPerTrigger"  # the same count of another unit
     applier.apply(decision(True, 1000))
     assert applier.take_restart() == backlog("maxBytesPerTrigger", 10)
+
+
+def test_gated_sources_of_one_query_share_the_decided_rows(tmp_path):
+    channel = PlanChannel(tmp_path)
+    applier = SourceGatedApplier(channel, CONFIG, sources=["events", "history"])
+    applier.apply(decision(True, 50_000))
+    assert channel.read().budgets == {"events": 25_000, "history": 25_000}
+
+    # events is live with 2,200 rows waiting; history is in backlog with no count known
+    data = json.loads(recorded("hybrid_live"))
+    data["sources"][0]["latestOffset"]["lag"]["offsets_behind_latest"] = 2_200
+    history = json.loads(json.dumps(data["sources"][0]))
+    history["endOffset"].update(source="history", phase="history", backlog=True)
+    history["latestOffset"].update(source="history", lag={"files_behind": 40})
+    data["sources"].append(history)
+    applier.apply(decision(True, 50_000), BatchProgress.from_json(json.dumps(data)))
+    plan = channel.read()
+    assert plan.budgets == {"events": 2_200, "history": 47_800}
+    assert set(plan.starts) == {"events", "history"}
+
+
+def test_a_lone_gated_source_takes_the_whole_batch(tmp_path):
+    channel = PlanChannel(tmp_path)
+    SourceGatedApplier(channel, CONFIG, sources=["events"]).apply(decision(True, 50_000))
+    assert channel.read().budgets is None and channel.read().rows_for("events") == 50_000

@@ -14,7 +14,7 @@ AT_8 = {"source": "events", "backlog": False, "position": 8}
 def parts(tmp_path):
     channel = PlanChannel(tmp_path / "channel")
     clock = FakeClock(1000.0)
-    return channel, clock, SourceGate(channel, clock)
+    return channel, clock, SourceGate(channel, "events", clock)
 
 
 def test_every_publication_is_seen_even_in_quick_succession(parts):
@@ -43,3 +43,26 @@ def test_without_any_plan_for_its_offset_a_source_goes_on_after_the_grace(parts)
     assert gate.allowed_rows(AT_8) is None
     clock.advance(11)
     assert gate.allowed_rows(AT_8) == 500
+
+
+def test_a_source_takes_its_share_of_a_batch_shared_with_other_sources(parts):
+    channel, _, gate = parts
+    budgets = {"events": 300, "orders": 200}
+    channel.publish(TriggerPlan.from_decision(1, LIVE, 11, budgets=budgets))
+    assert gate.allowed_rows(AT_7) == 300
+    channel.publish(TriggerPlan.from_decision(2, LIVE, 11, budgets={"orders": 500, "events": 0}))
+    assert gate.allowed_rows(AT_7) is None
+
+
+def test_no_batch_starts_past_the_fence_until_the_lease_is_confirmed_again(tmp_path):
+    channel = PlanChannel(tmp_path / "channel")
+    monotonic = FakeClock(50.0)
+    gate = SourceGate(channel, "events", FakeClock(1000.0), monotonic)
+    channel.publish(TriggerPlan.from_decision(1, LIVE, 11))
+    assert channel.read_fence() is None and gate.allowed_rows(AT_7) == 500  # no lease: no fence
+    channel.publish_fence(60.0)
+    assert gate.allowed_rows(AT_7) == 500
+    monotonic.advance(10)
+    assert gate.allowed_rows(AT_7) is None
+    channel.publish_fence(70.0)
+    assert gate.allowed_rows(AT_7) == 500

@@ -1,10 +1,12 @@
 import json
 
 import pytest
+from confluent_kafka import Producer
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxFiles, ReadMaxRows
 
 from spark_jobs.backlog.decider import Decision
 from spark_jobs.backlog.plan import TriggerPlan
+from spark_jobs.demo.broker import EmbeddedBroker
 from spark_jobs.sources.gate import PlanChannel
 from spark_jobs.sources.hybrid import HybridDataSource, HybridOptionError, HybridStreamReader
 from tests.spark_jobs.sources.conftest import SPARK_SCHEMA, land, write_file
@@ -52,13 +54,14 @@ def test_offsets_carry_source_phase_and_backlog_status(data):
         "position": {"file": 0, "row": 0},
     }
     end = source.latestOffset(start, ReadMaxRows(70))
-    assert end["position"] == {"file": 1, "row": 10}
+    assert (end["position"], end["rows"]) == ({"file": 1, "row": 10}, 70)
     assert source.reportLatestOffset() == {
         "source": "events",
         "child": 0,
         "phase": "history",
         "backlog": True,
-        "lag": {"files_behind": 1},
+        "rows": 70,
+        "lag": {"files_behind": 1, "rows_behind": 30},
     }
     assert json.loads(json.dumps(end)) == end  # what Spark stores in its offset log
 
@@ -221,3 +224,40 @@ def test_invalid_options_are_named(tmp_path, options, message):
 def test_a_schema_is_required():
     with pytest.raises(HybridOptionError, match=r"needs a schema"):
         HybridDataSource({}).schema()
+
+
+def test_a_topics_latest_offsets_are_taken_at_the_first_start_not_after_the_history(tmp_path):
+    """Events produced while the history is read belong to the live phase: a topic's
+    ``startingOffsets: latest`` is its end when the query first starts."""
+    write_file(tmp_path / "history", "h0.parquet", "parquet", 0, 10)
+    with EmbeddedBroker(tmp_path / "broker", {"events": 2}) as broker:
+        live = {
+            "name": "kafka",
+            "kind": "kafka",
+            "bootstrapServers": broker.bootstrap_servers,
+            "topics": ["events"],
+            "startingOffsets": "latest",
+            "valueFormat": "json",
+        }
+        history = {"name": "history", "kind": "files", "path": str(tmp_path / "history")}
+        options = {
+            "sources": json.dumps([history, live]),
+            "stateLocation": str(tmp_path / "state"),
+            "name": "events",
+        }
+        source = HybridStreamReader(options, SPARK_SCHEMA)
+        offset = source.initialOffset()
+        producer = Producer({"bootstrap.servers": broker.bootstrap_servers})
+        for event_id in range(10, 15):
+            value = json.dumps({"event_id": event_id, "account": "a", "amount": 1.0})
+            producer.produce("events", value.encode(), partition=event_id % 2)
+        assert producer.flush(10) == 0
+        # A restart before the first batch was logged resolves nothing anew either.
+        source = HybridStreamReader(options, SPARK_SCHEMA)
+        seen = []
+        for _ in range(4):
+            end = source.latestOffset(offset, ReadAllAvailable())
+            seen.extend(ids(source, offset, end))
+            offset = end
+        source.stop()
+    assert sorted(seen) == list(range(15))
