@@ -1,7 +1,7 @@
 """docker-compose.yaml, checked without a Docker engine.
 
 First docker-compose's own validation: `docker-compose config` parses, validates and
-interpolates the file without contacting a daemon (scripts/install-compose installs it; the
+interpolates the file without contacting a daemon (scripts/install-test-tools installs it; the
 test skips without it). Then the stack's agreement with the rest of the project, in plain
 Python: image tags against the pins in constraints.txt, ports, host names, URLs and paths
 against each other, the DAG's resource profiles and the Dockerfiles. Each check returns the
@@ -32,6 +32,7 @@ import yaml
 from sqlalchemy.engine import make_url
 
 from spark_jobs.demo import airflow_demo
+from tests.support.prerequisites import missing
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "docker-compose.yaml"
@@ -776,7 +777,7 @@ def docker_compose(*args: str, env_file: Path = ENV_EXAMPLE) -> subprocess.Compl
     environment; no daemon to reach, and `config` needs none."""
     executable = shutil.which("docker-compose")
     if executable is None:
-        pytest.skip("docker-compose is not installed (scripts/install-compose installs it)")
+        missing("docker-compose is not installed (scripts/install-test-tools installs it)")
     command = [executable, "--project-directory", str(REPO), "-f", str(COMPOSE_FILE)]
     return subprocess.run(
         [*command, "--env-file", str(env_file), *args],

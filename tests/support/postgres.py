@@ -17,12 +17,12 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-import pytest
+from tests.support.prerequisites import missing
 
 INSTALL_HINT = (
     "PostgreSQL server binaries (initdb, pg_ctl, createdb) not found in PATH or "
     "/usr/lib/postgresql/*/bin; install Debian's postgresql package "
-    "(apt-get install postgresql) to run these tests"
+    "(scripts/install-test-tools installs it) to run these tests"
 )
 _TOOLS = ("initdb", "pg_ctl", "createdb")
 
@@ -133,15 +133,15 @@ class PostgresServer:
     def _create_cluster(self) -> None:
         bin_dir = find_bin_dir()
         if bin_dir is None:
-            pytest.skip(INSTALL_HINT)
+            missing(INSTALL_HINT)
         owner = None
         if os.geteuid() == 0:
             if shutil.which("runuser") is None:
-                pytest.skip("running as root needs runuser to start PostgreSQL as 'postgres'")
+                missing("running as root needs runuser to start PostgreSQL as 'postgres'")
             try:
                 owner = pwd.getpwnam("postgres")
             except KeyError:
-                pytest.skip("running as root needs a 'postgres' OS user (Debian's package)")
+                missing("running as root needs a 'postgres' OS user (Debian's package)")
             self._prefix = ["runuser", "-u", "postgres", "--"]
         self._bin = bin_dir
         base = Path(tempfile.mkdtemp(prefix="pgtest-"))

@@ -18,6 +18,7 @@ from spark_jobs.metrics.lease import (
     live_lease,
 )
 from spark_jobs.metrics.schema import make_engine, metadata
+from tests.support.prerequisites import missing
 
 CHECKPOINT = "file:///data/checkpoints/events"
 REPO = Path(__file__).resolve().parents[3]
@@ -98,9 +99,7 @@ def test_acquiring_waits_out_a_lease_that_is_no_longer_renewed(backend):
 def faketime_library() -> str:
     found = glob.glob("/usr/lib/*/faketime/libfaketime.so.1")
     if not found:
-        if os.environ.get("CI") == "true":
-            pytest.fail("libfaketime is missing; scripts/install-test-tools installs it")
-        pytest.skip("libfaketime is missing (apt-get install faketime)")
+        missing("libfaketime is missing (scripts/install-test-tools installs it)")
     return found[0]
 
 
