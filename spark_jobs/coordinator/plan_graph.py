@@ -21,11 +21,16 @@ def _children(node: Any) -> list[Any]:
     return [seq.apply(i) for i in range(seq.size())]
 
 
+#: Our sources and the name each takes when its ``name`` option is not given.
+_GATED_DEFAULT_NAMES = {"hybrid": "hybrid", "backlog_kafka": "kafka"}
+
+
 def _source_name(node: Any, fallback: str) -> str:
-    """A hybrid source's ``name`` option (as in its offsets); other leaves keep ``fallback``."""
+    """Our source's ``name`` option (as in its offsets); other leaves keep ``fallback``."""
     try:
-        if str(node.sourceName()) == "hybrid":
-            return str(node.extraOptions().get("name") or "hybrid")
+        default = _GATED_DEFAULT_NAMES.get(str(node.sourceName()))
+        if default is not None:
+            return str(node.extraOptions().get("name") or default)
     except Exception:  # not a DataSource V2 streaming relation
         pass
     return fallback

@@ -1,6 +1,7 @@
 """Wiring a streaming query to its coordinator: the one object a backlog-aware job needs.
 
 runtime = BacklogRuntime(spark)                    # reads and validates spark.backlog.*
+runtime.hold_lease("s3a://bucket/checkpoints/events")   # before any query starts
 events = (spark.readStream.format("hybrid").schema(schema)
           .options(**runtime.source_options()).option("sources", ...).load())
 query = runtime.start_gated(result.writeStream.format("parquet")...)
@@ -9,7 +10,6 @@ runtime.await_termination()
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import shutil
@@ -17,15 +17,18 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 from typing import NamedTuple
 
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
+from sqlalchemy.exc import SQLAlchemyError
 
 from spark_jobs.backlog.config import METRICS_URL, BacklogConfig
 from spark_jobs.backlog.graph import OperatorGraph
-from spark_jobs.backlog.values import processing_time
+from spark_jobs.backlog.values import format_duration, processing_time
+from spark_jobs.coordinator import recovery
 from spark_jobs.coordinator.appliers import (
     RecordOnlyApplier,
     RestartApplier,
@@ -34,18 +37,30 @@ from spark_jobs.coordinator.appliers import (
     TriggerSettings,
 )
 from spark_jobs.coordinator.control import ControlPoller
-from spark_jobs.coordinator.coordinator import BacklogCoordinator, DecisionApplier, StatusProbe
+from spark_jobs.coordinator.coordinator import (
+    BacklogCoordinator,
+    DecisionApplier,
+    Seed,
+    StatusProbe,
+)
 from spark_jobs.coordinator.listener import ProgressListener
-from spark_jobs.metrics.lease import LeaseKeeper, LeaseStore
-from spark_jobs.metrics.schema import METRICS_PASSWORD_ENV, with_password
+from spark_jobs.coordinator.progress import BatchProgress
+from spark_jobs.metrics import history
+from spark_jobs.metrics.journal import MetricsJournal
+from spark_jobs.metrics.lease import LeaseKeeper, LeaseLost, LeaseStore
+from spark_jobs.metrics.schema import METRICS_PASSWORD_ENV, make_engine, with_password
 from spark_jobs.metrics.writer import MetricsWriter, Retention
 from spark_jobs.sources.gate import PlanChannel
 from spark_jobs.sources.hybrid import HybridDataSource
 from spark_jobs.sources.kafka_source import BacklogKafkaDataSource
+from spark_jobs.sources.storage import normalize_location
 
 logger = logging.getLogger(__name__)
 
 NO_DATA_BATCHES = "spark.sql.streaming.noDataMicroBatches.enabled"
+#: Where, under the checkpoint location the lease is held on, metrics rows wait for the
+#: database: durable storage the next run reads if this driver dies.
+JOURNAL_DIRECTORY = "metrics-journal"
 
 
 class QueryStart(NamedTuple):
@@ -95,58 +110,103 @@ class BacklogRuntime:
         self._clock = clock
         spark.dataSource.register(HybridDataSource)
         spark.dataSource.register(BacklogKafkaDataSource)
-        # One spill file per job and database, so undelivered rows reach the right one.
-        database = hashlib.sha256(self.config.metrics_url.encode()).hexdigest()[:12]
-        spill_name = f"{self.config.job_name}-{database}.jsonl"
-        spill = Path(tempfile.gettempdir(), "backlog-metrics-spill", spill_name)
-        retention = self.config.metrics_retention_s
-        self.recorder = MetricsWriter(
-            self.config.metrics_url,
-            spill_path=spill,
-            retention=None if retention is None else Retention(self.config.job_name, retention),
-        )
-        self._channel_dir = Path(tempfile.mkdtemp(prefix=f"backlog-{self.config.job_name}-"))
+        self.recorder: MetricsWriter | None = None
+        self._channel = PlanChannel(Path(tempfile.mkdtemp(prefix="backlog-channel-")))
         self._no_data_batches = conf.get(NO_DATA_BATCHES)
         self.coordinator: BacklogCoordinator | None = None
         self.query: StreamingQuery | None = None
         self._listener: ProgressListener | None = None
         self._control: ControlPoller | None = None
         self._lease: LeaseKeeper | None = None
+        self._lease_lost: str | None = None
+        self._previous_run_id: str | None = None
+        self._seed: Seed | None = None
+        self._first_batch: int | None = None
         self._stop = threading.Event()
         self._cadence_s = self.config.interval_s
+        self._stops_when_fenced = False
+        self._fenced_at = 0.0
         self.started_with: list[QueryStart] = []
         logger.info("backlog-aware checkpointing: %s", self.config.describe())
 
     # --- starting --------------------------------------------------------------------------
 
     def hold_lease(self, checkpoint_location: str) -> None:
-        """Become the one live driver of this job and checkpoint location, before the query
+        """Become the one live driver of this checkpoint location; required before a query
         starts. A lease left by a driver that died is taken over once it expires (within
-        ``spark.backlog.lease.ttl``); one still renewed raises LeaseHeld. The run stops if
-        the lease is lost (another driver took over after this one failed to renew)."""
+        ``spark.backlog.lease.ttl``, by the database's clock); one still renewed raises
+        LeaseHeld, as does a checkpoint of another job.
+
+        While a renewal is overdue no batch starts (the gated sources read the fence; other
+        modes stop the query), and a lease another run took over ends this run at once
+        (``await_termination`` raises LeaseLost). Metrics rows are journaled under the
+        checkpoint location; the job's last recorded status is where this run picks up.
+        """
+        if self._lease is not None:
+            raise RuntimeError("this runtime already holds a lease")
+        location = normalize_location(checkpoint_location)
         ttl_s = self.config.lease_ttl_s
         store = LeaseStore(self.config.metrics_url)
-        lease = store.acquire(
-            self.config.job_name,
-            checkpoint_location,
-            self.config.run_id,
-            ttl_s,
-            spark_ui_url=self.spark.sparkContext.uiWebUrl,
-            wait_s=ttl_s * 1.2,
+        try:
+            acquired = store.acquire(
+                self.config.job_name,
+                location,
+                self.config.run_id,
+                ttl_s,
+                spark_ui_url=self.spark.sparkContext.uiWebUrl,
+                wait_s=ttl_s * 1.2,
+            )
+        except BaseException:
+            store.close()
+            raise
+        logger.info("holding the lease of %s until %s", location, acquired.lease.expires_at)
+        self._previous_run_id = acquired.previous_run_id
+        self._lease = LeaseKeeper(
+            store, acquired, ttl_s, self._channel.publish_fence, self._on_lease_lost
         )
-        logger.info("holding the lease of %s until %s", checkpoint_location, lease.expires_at)
-        self._lease = LeaseKeeper(store, lease, self.stop, ttl_s)
         self._lease.start()
+        retention = self.config.metrics_retention_s
+        self.recorder = MetricsWriter(
+            self.config.metrics_url,
+            journal=MetricsJournal(f"{location}/{JOURNAL_DIRECTORY}"),
+            retention=None if retention is None else Retention(self.config.job_name, retention),
+        )
+        # The previous run's journaled rows first: the seed and the recovery read them.
+        if self.recorder.flush(timeout_s=max(30.0, ttl_s)):
+            self._seed = self._read_seed()
+        else:
+            logger.warning(
+                "metrics database unavailable: this run starts without the job's history"
+            )
+
+    def _read_seed(self) -> Seed | None:
+        engine = make_engine(self.config.metrics_url)
+        try:
+            with engine.connect() as connection:
+                sources = history.last_sources(connection, self.config.job_name)
+        finally:
+            engine.dispose()
+        return None if sources is None else Seed.from_sources_json(sources)
+
+    def _on_lease_lost(self, message: str) -> None:
+        """Another run holds the checkpoint now: end this one without another batch."""
+        self._lease_lost = message
+        self._stop.set()
+        query = self.query
+        if query is not None and query.isActive:
+            query.stop()
 
     def source_options(self) -> dict[str, str]:
         """Options that put a hybrid source under this runtime's coordinator."""
-        return {"backlogChannel": str(self._channel_dir)}
+        return {"backlogChannel": str(self._channel.directory)}
 
     def start_gated(
         self, writer: DataStreamWriter, graph: OperatorGraph | None = None
     ) -> StreamingQuery:
-        """Start a query whose hybrid sources follow the coordinator, without restarts."""
-        applier = SourceGatedApplier(PlanChannel(self._channel_dir), self.config)
+        """Start a query whose hybrid sources follow the coordinator, without restarts.
+        ``graph`` (``operator_graph`` of the query's DataFrame) names its sources, so that
+        the batch-row cap is shared between them from the first batch."""
+        applier = SourceGatedApplier(self._channel, self.config, _gated_sources(graph))
         self._coordinate(applier, graph=graph).start()
         return self._start(
             writer.trigger(processingTime=processing_time(trigger_tick_s(self.config)))
@@ -156,6 +216,7 @@ class BacklogRuntime:
         """Start with a fixed trigger the coordinator only records: the hand-set baseline."""
         self._coordinate(RecordOnlyApplier()).start()
         self._cadence_s = trigger_s
+        self._stops_when_fenced = True
         return self._start(writer.trigger(processingTime=processing_time(trigger_s)))
 
     def run_restart_based(
@@ -174,8 +235,18 @@ class BacklogRuntime:
         applier = RestartApplier(self.config, probe)
         self._coordinate(applier, probes=[probe]).start()
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        paused: TriggerSettings | None = None  # the query stopped while the lease was not confirmed
         while not self._stop.is_set():
-            settings = applier.take_restart()
+            settings = applier.take_restart() or paused
+            if self._fenced():
+                if self.query is not None and self.query.isActive:
+                    logger.warning("the lease is not confirmed: the query stops until it is")
+                    self.query.stop()
+                    settings = settings or self.started_with[-1].settings
+                paused = settings
+                time.sleep(0.1)
+                continue
+            paused = None
             if settings is not None:
                 if self.query is not None:
                     # Back to back there is no gap between batches to wait for.
@@ -197,16 +268,67 @@ class BacklogRuntime:
     ) -> BacklogCoordinator:
         if self.coordinator is not None:
             raise RuntimeError("a BacklogRuntime runs one query; create another for a second")
+        if self.recorder is None:
+            raise RuntimeError(
+                "call hold_lease(checkpoint_location) before starting the query: a run must "
+                "hold its checkpoint's lease, so that no other driver commits there"
+            )
         self.coordinator = BacklogCoordinator(
-            self.config, applier, self.recorder, clock=self._clock, probes=probes or (), graph=graph
+            self.config,
+            applier,
+            self.recorder,
+            clock=self._clock,
+            probes=probes or (),
+            graph=graph,
+            seed=self._seed,
         )
-        self._listener = ProgressListener(self.config.job_name, self.coordinator.on_progress)
+        self._listener = ProgressListener(self.config.job_name, self._on_progress)
         self.spark.streams.addListener(self._listener)
         self._control = ControlPoller(
             self.config, self._conf, self.coordinator.reconfigure, self.stop
         )
         self._control.start()
         return self.coordinator
+
+    def _on_progress(self, progress: BatchProgress) -> None:
+        if self._first_batch is None:
+            self._first_batch = progress.batch_id
+            self._record_unrecorded_batches(progress.batch_id)
+        assert self.coordinator is not None
+        self.coordinator.on_progress(progress)
+
+    def _record_unrecorded_batches(self, first_batch: int) -> None:
+        """Rows for the batches before this run's first that a killed driver committed but
+        did not record (see ``recovery``)."""
+        query, recorder = self.query, self.recorder
+        if query is None or recorder is None or first_batch == 0:
+            return
+        try:
+            root = str(query._jsq.streamingQuery().resolvedCheckpointRoot())
+            batches = recovery.committed_batches(root, before=first_batch)
+            engine = make_engine(self.config.metrics_url)
+            try:
+                with engine.connect() as connection:
+                    recorded = history.commit_times(
+                        connection, self.config.job_name, (b.batch_id for b in batches)
+                    )
+            finally:
+                engine.dispose()
+        except Exception as error:  # the run goes on; the gap is reported
+            logger.warning("could not check the previous run's last batches for rows: %s", error)
+            return
+        run_id = self._previous_run_id or self.config.run_id
+        is_backlog = bool(self._seed and self._seed.backlog_sources)
+        for batch in recovery.unrecorded(batches, recorded):
+            logger.warning(
+                "batch %s was committed at %s without its metrics row (its driver died): "
+                "recording it from the checkpoint",
+                batch.batch_id,
+                batch.committed_at.isoformat(),
+            )
+            recorder.record_checkpoint(
+                recovery.recovered_row(batch, self.config.job_name, run_id, is_backlog)
+            )
 
     def _start(self, writer: DataStreamWriter) -> StreamingQuery:
         """Start without no-data batches, unless the user asked for them: each would be one
@@ -245,18 +367,34 @@ class BacklogRuntime:
         if query is None:
             time.sleep(0.1)
             return self._stop.is_set()
+        if self._lease_lost is not None:
+            raise LeaseLost(self._lease_lost)
+        if self._stops_when_fenced and self._fenced():
+            query.stop()
+            raise LeaseLost(
+                f"run {self.config.run_id} could not confirm its lease in time; a query "
+                "whose sources cannot pause stops rather than commit without it"
+            )
         if query.awaitTermination(0.25):
+            if self._lease_lost is not None:
+                raise LeaseLost(self._lease_lost)
             if query.exception() is not None:
                 raise query.exception()  # type: ignore[misc]
             return True
         if self._stop.is_set() or (deadline is not None and time.monotonic() >= deadline):
             stop_gracefully(query)
             return True
+        if self._fenced():
+            self._fenced_at = self._clock()
         if stop_when_idle_s is not None and self._idle_for(query, stop_when_idle_s):
             logger.info("live and idle for %.0f s: stopping after a commit", stop_when_idle_s)
             stop_gracefully(query)
             return True
         return False
+
+    def _fenced(self) -> bool:
+        """The lease is not confirmed: no batch may start."""
+        return self._lease is not None and not self._lease.confirmed()
 
     def _idle_for(self, query: StreamingQuery, seconds: float) -> bool:
         """Live, no batch running, and none for ``seconds`` beyond when the next one would
@@ -271,7 +409,9 @@ class BacklogRuntime:
         last = coordinator.last_progress
         if last is None:
             return False
-        return self._clock() - last.committed_at.timestamp() >= self._cadence_s + seconds
+        # A pause while the lease was not confirmed is not idleness.
+        quiet_since = max(last.committed_at.timestamp(), self._fenced_at)
+        return self._clock() - quiet_since >= self._cadence_s + seconds
 
     def _drain_progress(self, timeout_s: float = 10.0) -> None:
         """Listener events arrive asynchronously: wait for the last committed batch's.
@@ -295,18 +435,42 @@ class BacklogRuntime:
         self._stop.set()
 
     def close(self) -> None:
-        """Stop listening, deliver the remaining metrics, remove the channel."""
-        if self.query is not None and self.query.isActive:
-            stop_gracefully(self.query)
-        self._drain_progress()
-        if self._control is not None:
-            self._control.close()
-            self._control = None
-        if self._lease is not None:
-            self._lease.release()
-            self._lease = None
-        if self._listener is not None:
-            self.spark.streams.removeListener(self._listener)
-            self._listener = None
-        self.recorder.close()
-        shutil.rmtree(self._channel_dir, ignore_errors=True)
+        """Stop the query, deliver the remaining metrics, let go of the lease, remove the
+        channel: each step runs even if one before it fails (an unreachable database must
+        not keep the rows from the journal or the query from stopping)."""
+        with ExitStack() as steps:  # run last-registered first
+            steps.callback(shutil.rmtree, self._channel.directory, ignore_errors=True)
+            if self._lease is not None:
+                steps.callback(self._release_lease, self._lease)
+            if self.recorder is not None:
+                steps.callback(self.recorder.close)
+            if self._listener is not None:
+                steps.callback(self.spark.streams.removeListener, self._listener)
+            if self._control is not None:
+                steps.callback(self._control.close)
+            steps.callback(self._drain_progress)
+            if self.query is not None and self.query.isActive:
+                steps.callback(stop_gracefully, self.query)
+        self._lease = self._listener = self._control = None
+
+    def _release_lease(self, keeper: LeaseKeeper) -> None:
+        if self._lease_lost is not None:
+            keeper.stop()
+            return
+        try:
+            keeper.release()
+        except SQLAlchemyError as error:
+            logger.warning(
+                "could not release the lease of %s (%s): it expires by itself within %s",
+                keeper.lease.checkpoint_location,
+                " ".join(str(getattr(error, "orig", error)).split())[:300],
+                format_duration(self.config.lease_ttl_s),
+            )
+
+
+def _gated_sources(graph: OperatorGraph | None) -> list[str]:
+    """The sources of ``graph`` that follow the coordinator's plans (ours, named by their
+    ``name`` option; other leaves are named by their operator)."""
+    if graph is None:
+        return []
+    return [op.source for op in graph.operators if op.source and op.source != op.id]

@@ -25,6 +25,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs.backlog.config import ConfigError
+from spark_jobs.backlog.secrets import SPARK_REDACTION_REGEX
 from spark_jobs.backlog.values import (
     DURATION_FORMAT,
     count_argument,
@@ -34,7 +35,7 @@ from spark_jobs.backlog.values import (
 from spark_jobs.coordinator.plan_graph import operator_graph
 from spark_jobs.coordinator.runtime import BacklogRuntime
 from spark_jobs.jobs.launch import JavaMissing, prepare_driver_environment, require_java
-from spark_jobs.metrics.lease import LeaseHeld
+from spark_jobs.metrics.lease import LeaseHeld, LeaseLost
 from spark_jobs.sources.storage import resolve_uri
 
 logger = logging.getLogger("spark_jobs.jobs.events_pipeline")
@@ -172,7 +173,10 @@ def windowed_totals(events: DataFrame, args: argparse.Namespace) -> DataFrame:
 
 
 def run(args: argparse.Namespace) -> None:
-    builder = SparkSession.builder.appName("backlog-events")
+    # Spark's UI and event log hide our secrets too (a password inside a metrics URL).
+    builder = SparkSession.builder.appName("backlog-events").config(
+        "spark.redaction.regex", SPARK_REDACTION_REGEX
+    )
     for item in args.conf:
         key, value = item.split("=", 1)
         builder = builder.config(key, value)
@@ -220,6 +224,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except StreamingQueryException as error:
         print(f"backlog-events-job: the query failed: {error}", file=sys.stderr)
         return 1
+    except LeaseLost as error:
+        print(f"backlog-events-job: {error}", file=sys.stderr)
+        return 3
     return 0
 
 

@@ -19,6 +19,7 @@ offsets and state, so a second job name on it is refused as firmly as a second d
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -35,6 +36,8 @@ logger = logging.getLogger(__name__)
 #: The holder stops starting batches this share of the time to live before its lease could
 #: expire, leaving room for a batch start that was already being decided.
 FENCE_MARGIN = 0.1
+#: While renewals fail, a warning at most this often (and when batches stop).
+WARN_EVERY_S = 10.0
 
 
 class LeaseHeld(RuntimeError):
@@ -297,6 +300,7 @@ class LeaseKeeper:
         self._on_lost = on_lost
         self._monotonic = monotonic
         self.confirmed_until = self._fence(acquired.confirmed_until)
+        self._last_warning, self._warned_fenced = -math.inf, False
         self._thread = PeriodicThread("backlog-lease", self.renew_once, first_delay_s=ttl_s / 3)
 
     def _fence(self, held_until: float) -> float:
@@ -315,15 +319,7 @@ class LeaseKeeper:
         try:
             held = self._store.renew(self.lease, self._ttl_s)
         except sa.exc.SQLAlchemyError as error:
-            left = self.confirmed_until - self._monotonic()
-            logger.warning(
-                "cannot renew the lease of %s (%s); %s",
-                self.lease.checkpoint_location,
-                " ".join(str(getattr(error, "orig", error)).split())[:300],
-                f"batches stop in {left:.1f} s unless a renewal succeeds"
-                if left > 0
-                else "no batch starts until a renewal succeeds",
-            )
+            self._warn_unrenewed(error)
             return min(self._ttl_s / 10, 1.0)
         if not held:
             message = (
@@ -335,13 +331,38 @@ class LeaseKeeper:
             self._on_lost(message)
             return self._ttl_s
         was_confirmed = self.confirmed()
+        self._last_warning, self._warned_fenced = -math.inf, False
         self.confirmed_until = self._fence(started + self._ttl_s)
         if not was_confirmed:
             logger.info("the lease of %s is confirmed again", self.lease.checkpoint_location)
         self._on_confirmed(self.confirmed_until)
         return self._ttl_s / 3
 
+    def stop(self) -> None:
+        """Stop renewing, keeping the lease as it is (another run holds it, or it will
+        expire by itself)."""
+        self._thread.stop()
+
+    def _warn_unrenewed(self, error: sa.exc.SQLAlchemyError) -> None:
+        """Warn at the first failed renewal, when the fence falls, and every
+        ``WARN_EVERY_S`` meanwhile: renewals are retried several times a second."""
+        now = self._monotonic()
+        left = self.confirmed_until - now
+        fence_fell = left <= 0 and not self._warned_fenced
+        if now - self._last_warning < WARN_EVERY_S and not fence_fell:
+            return
+        self._last_warning = now
+        self._warned_fenced = left <= 0
+        logger.warning(
+            "cannot renew the lease of %s (%s); %s",
+            self.lease.checkpoint_location,
+            " ".join(str(getattr(error, "orig", error)).split())[:300],
+            f"batches stop in {left:.1f} s unless a renewal succeeds"
+            if left > 0
+            else "no batch starts until a renewal succeeds",
+        )
+
     def release(self) -> None:
         """Stop renewing and let the lease go (the run ended cleanly)."""
-        self._thread.stop()
+        self.stop()
         self._store.release(self.lease)

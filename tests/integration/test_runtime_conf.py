@@ -60,6 +60,7 @@ def test_the_driver_deletes_its_jobs_rows_older_than_the_retention(spark, tmp_pa
         spark.conf.set(key, value)
     try:
         runtime = BacklogRuntime(spark)
+        runtime.hold_lease(str(tmp_path / "checkpoint"))
         query = sa.select(backlog_checkpoints.c.job_name, backlog_checkpoints.c.batch_id)
 
         def remaining() -> list[tuple[str, int]]:

@@ -40,7 +40,7 @@ def run_job(url: str, job: str, live_from: int, go: multiprocessing.Event) -> No
     """A job's driver, as far as the metrics database sees it."""
     run_id = f"{job}-run"
     leases = LeaseStore(url)
-    lease = leases.acquire(job, f"file:///checkpoints/{job}", run_id, 30.0)
+    lease = leases.acquire(job, f"file:///checkpoints/{job}", run_id, 30.0).lease
     writer = MetricsWriter(url, flush_interval_s=0.02)
     go.wait()
     for batch_id in range(BATCHES):
@@ -153,7 +153,7 @@ def test_several_jobs_write_while_sensors_poll_and_each_sensor_answers_for_its_j
     assert sorted(transitions) == sorted((job, False) for job in LIVE_FROM)
     # Every job let go of its lease: no sensor may take a stopped job for a running one.
     hook = BacklogMetricsHook()
-    assert all(hook.live_run(job, datetime.now(UTC)) is None for job in LIVE_FROM)
+    assert all(hook.live_run(job) is None for job in LIVE_FROM)
 
 
 #: What the sensors, the launcher and retention ask of the tables.
