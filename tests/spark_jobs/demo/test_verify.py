@@ -1,0 +1,43 @@
+from datetime import UTC, datetime, timedelta
+
+import pandas as pd
+
+from spark_jobs.demo.verify import compare, windows
+
+T0 = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
+
+
+def events(count: int) -> pd.DataFrame:
+    """One event per second for two accounts, amounts 1, 2, 3..."""
+    return pd.DataFrame(
+        {
+            "event_id": range(count),
+            "account": [f"acct-{i % 2}" for i in range(count)],
+            "amount": [float(i + 1) for i in range(count)],
+            "event_time": [T0 + timedelta(seconds=i) for i in range(count)],
+        }
+    )
+
+
+def test_a_sink_equal_to_the_recomputation_is_exactly_once_and_counts_what_it_compared():
+    produced = events(40)
+    # The watermark closed the first three 10 s windows; the last is still open.
+    output = windows(produced, 10).iloc[:6]
+    result = compare(output, produced, 10, T0 + timedelta(seconds=30))
+    assert (result.exactly_once, result.produced, result.compared) == (True, 40, 30)
+
+
+def test_missing_and_doubled_windows_count_their_events_as_lost_and_duplicated():
+    produced = events(40)
+    complete = windows(produced, 10).iloc[:6]
+    output = pd.concat([complete.iloc[1:], complete.iloc[[2]]])
+    result = compare(output, produced, 10, T0 + timedelta(seconds=30))
+    assert (result.lost, result.duplicated, result.wrong_amounts) == (5, 5, 0)
+
+
+def test_a_window_with_the_right_count_but_another_amount_is_wrong():
+    produced = events(20)
+    output = windows(produced, 10)
+    output.loc[0, "amount"] += 1
+    result = compare(output, produced, 10, T0 + timedelta(seconds=20))
+    assert (result.lost, result.duplicated, result.wrong_amounts) == (0, 0, 1)
