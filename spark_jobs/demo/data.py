@@ -160,6 +160,7 @@ class KafkaProducerThread(threading.Thread):
                 "queue.buffering.max.messages": 1_000_000,
             }
         )
+        self._bootstrap_servers = bootstrap_servers
         self.topic = topic
         self.partitions = partitions
         self.next_id = first_id
@@ -203,9 +204,19 @@ class KafkaProducerThread(threading.Thread):
             next_at += 1 / self.SLICES_PER_S
             self._stop_event.wait(max(0.0, next_at - time.monotonic()))
 
+    def successor(self) -> KafkaProducerThread:
+        """A new producer (not started) that goes on where this stopped one left off."""
+        return KafkaProducerThread(
+            self._bootstrap_servers, self.topic, self.partitions, self.next_id, self.events_per_s
+        )
+
     def stop(self) -> None:
+        """Stop sending and deliver what was sent; once (later calls do nothing)."""
+        if self._stop_event.is_set():
+            return
         self._stop_event.set()
-        self.join()
+        if self.is_alive():
+            self.join()
         remaining = self._producer.flush(30)
         # Closed now, not when collected: it would keep reconnecting to a broker gone by then.
         self._producer.close()

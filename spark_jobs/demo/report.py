@@ -31,6 +31,7 @@ class Checkpoint:
     #: The running child of the (first) hybrid source, and the rule behind its status.
     phase: str | None = None
     rule: str | None = None
+    watermark: datetime | None = None
 
     @property
     def duration_s(self) -> float:
@@ -76,6 +77,7 @@ def _checkpoint(row: sa.RowMapping) -> Checkpoint:
         event_time_quantiles_s=quantiles if observed.get("rows") else (),
         phase=sources[0].get("phase") if sources else None,
         rule=sources[0].get("rule") if sources else None,
+        watermark=as_utc(row["watermark"]),
     )
 
 

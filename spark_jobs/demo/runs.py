@@ -152,17 +152,18 @@ class Run:
             self.kafka.name,
         ]
 
-    def command(self) -> list[str]:
-        conf = {
+    def spark_conf(self) -> dict[str, str]:
+        return {
             "spark.master": "local[2]",
             "spark.ui.enabled": "false",
             "spark.backlog.job-name": self.name,
             "spark.backlog.metrics.url": self.metrics_url,
             **self.conf,
         }
-        return spark_submit_command(
-            events_pipeline.__file__,
-            conf,
+
+    def job_args(self) -> list[str]:
+        """The pipeline's own arguments: it stops once live and idle, or after 20 minutes."""
+        return [
             "--history",
             str(self.history),
             *self.live_args(),
@@ -175,7 +176,10 @@ class Run:
             "--timeout",
             "20min",
             *self.args,
-        )
+        ]
+
+    def command(self) -> list[str]:
+        return spark_submit_command(events_pipeline.__file__, self.spark_conf(), *self.job_args())
 
     def checkpoints(self) -> list[Checkpoint]:
         try:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -183,6 +184,9 @@ def run(args: argparse.Namespace) -> None:
     spark = builder.getOrCreate()
     try:
         runtime = BacklogRuntime(spark)
+        # SIGTERM (a pod's or a scheduler's stop) ends the run after a commit, delivering
+        # its metrics and letting go of its lease, as a stop request does.
+        signal.signal(signal.SIGTERM, lambda _signum, _frame: runtime.stop())
         try:
             runtime.hold_lease(resolve_uri(args.checkpoint))
             start(spark, runtime, args)

@@ -1,0 +1,409 @@
+"""A fault campaign: the events pipeline under faults injected for real, with numbers.
+
+    backlog-chaos --trials 10                    # every kind of trial, 10 of each
+    backlog-chaos --trials 2 --kinds kills,database
+
+Each trial runs the pipeline on a fresh workspace (historical parquet files, then a topic of
+the embedded broker that piles up meanwhile, so the job goes through a file phase, a Kafka
+backlog and live data), injects its faults, lets the job finish, and compares the sink with
+a batch recomputation over every event written. A fault counts a trial's lost and
+duplicated events, and whether the job recovered (it finished cleanly and every batch it
+committed has its metrics row). The last line printed is one JSON object, per fault:
+``trials``, ``lost``, ``duplicated``, ``recovered``.
+
+Kinds of trials and their faults:
+
+- ``kills``: SIGKILL of the driver at a random point of the file phase, of the Kafka
+  backlog and of the live phase, each followed by a restart;
+- ``database``: the metrics database away for a random while (up to twice the lease's
+  time to live) while the job runs, and again while it stops;
+- ``skew``: a second driver whose clock runs ahead by more than the lease's time to live
+  tries to take the checkpoint over (needs ``--postgres-url``: SQLite's clock is the
+  clock of each process using it, so a skewed process skews it too).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import glob
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import psutil
+
+from spark_jobs.backlog.values import count_argument
+from spark_jobs.demo.broker import EmbeddedBroker
+from spark_jobs.demo.data import KafkaProducerThread
+from spark_jobs.demo.report import Checkpoint
+from spark_jobs.demo.runs import KafkaTopic, Run, prepare_history, say
+from spark_jobs.demo.verify import (
+    Inputs,
+    all_input,
+    committed_output,
+    compare,
+    unrecorded_batches,
+)
+from spark_jobs.jobs.launch import job_environment
+
+TOPIC = "events"
+PARTITIONS = 4
+WINDOW_S = 10.0
+LEASE_TTL_S = 5.0
+CONF = {
+    "spark.backlog.checkpointing.interval": "1s",
+    "spark.backlog.checkpointing.interval-during-backlog": "1min",
+    # Small batches, so that each phase takes several and a kill lands inside one.
+    "spark.backlog.checkpointing.max-batch-rows": "10000",
+    "spark.backlog.lease.ttl": f"{LEASE_TTL_S:g}s",
+    "spark.backlog.lag.offsets.enter-threshold": "3000",
+    "spark.backlog.lag.offsets.leave-threshold": "1000",
+}
+PHASE_TIMEOUT_S = 240.0
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+class TrialFailed(RuntimeError):
+    """The job did not get where the trial needed it."""
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    kind: str
+    faults: tuple[str, ...]
+    recovered: bool
+    lost: int
+    duplicated: int
+    compared: int
+    note: str = ""
+
+
+@dataclass
+class Trial:
+    """One workspace, one broker, one job name: the job's launches and what became of them."""
+
+    kind: str
+    run: Run
+    producer: KafkaProducerThread
+    rng: random.Random
+    logs: list[Path] = field(default_factory=list)
+    job: subprocess.Popen[bytes] | None = None
+
+    def launch(self, command: list[str] | None = None, env: dict[str, str] | None = None):
+        log = self.run.root / f"job-{len(self.logs)}.log"
+        self.logs.append(log)
+        with log.open("w") as out:
+            return subprocess.Popen(
+                command or self.run.command(),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env or job_environment(),
+                start_new_session=True,  # a kill takes the JVM and the Python workers too
+            )
+
+    def start(self) -> None:
+        self.job = self.launch()
+
+    def kill(self) -> None:
+        assert self.job is not None
+        os.killpg(self.job.pid, signal.SIGKILL)
+        self.job.wait(60)
+
+    def terminate(self) -> None:
+        """SIGTERM to the driver's Python process (spark-submit's child), which stops the
+        run after a commit; returns once the job has exited, failing if it did not cleanly."""
+        assert self.job is not None
+        for process in psutil.Process(self.job.pid).children(recursive=True):
+            with contextlib.suppress(psutil.Error):  # gone, or a zombie worker
+                if "spark_jobs/jobs/events_pipeline.py" in " ".join(process.cmdline()):
+                    process.terminate()
+        code = self.job.wait(PHASE_TIMEOUT_S)
+        if code != 0:
+            raise TrialFailed(f"the job failed on SIGTERM ({code}); see {self.logs[-1]}")
+
+    def checkpoints(self) -> list[Checkpoint]:
+        return self.run.checkpoints()
+
+    def wait_for(self, what: str, reached: Callable[[list[Checkpoint]], bool]) -> None:
+        deadline = time.monotonic() + PHASE_TIMEOUT_S
+        while not reached(self.checkpoints()):
+            if self.job is not None and self.job.poll() is not None:
+                raise TrialFailed(f"the job exited ({self.job.returncode}) before {what}")
+            if time.monotonic() > deadline:
+                raise TrialFailed(f"no {what} within {PHASE_TIMEOUT_S:.0f} s")
+            time.sleep(0.3)
+
+    def pause(self, at_most_s: float) -> None:
+        """A random point: the fault lands anywhere in a batch or between two."""
+        time.sleep(self.rng.uniform(0, at_most_s))
+
+    def finish(self) -> None:
+        """Stop the producer; the job stops by itself once live and idle."""
+        self.producer.stop()
+        assert self.job is not None
+        try:
+            code = self.job.wait(PHASE_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise TrialFailed("the job did not stop once idle") from None
+        if code != 0:
+            raise TrialFailed(f"the job failed ({code}); see {self.logs[-1]}")
+
+
+def in_phase(phase: str, backlog: bool, after: int = 0) -> Callable[[list[Checkpoint]], bool]:
+    """Reached once a batch after the first ``after`` ones ran in this phase."""
+    return lambda rows: any(c.phase == phase and c.is_backlog == backlog for c in rows[after:])
+
+
+def live_for(batches: int, after: int) -> Callable[[list[Checkpoint]], bool]:
+    def reached(rows: list[Checkpoint]) -> bool:
+        recent = [c for c in rows[after:] if c.phase is not None]
+        return len(recent) >= batches and not any(c.is_backlog for c in recent[-batches:])
+
+    return reached
+
+
+# --- the kinds of trials -----------------------------------------------------------------
+
+
+def kills(trial: Trial) -> tuple[str, ...]:
+    phases = (
+        ("sigkill-files", "history", True),
+        ("sigkill-kafka-backlog", "kafka", True),
+        ("sigkill-live", "kafka", False),
+    )
+    trial.start()
+    for fault, phase, backlog in phases:
+        seen = len(trial.checkpoints())
+        trial.wait_for(f"a {phase} checkpoint", in_phase(phase, backlog, after=seen))
+        trial.pause(2.0)
+        say(f"  {fault}: batch {len(trial.checkpoints())}")
+        trial.kill()
+        trial.start()
+    trial.wait_for("live data after the last restart", live_for(3, len(trial.checkpoints())))
+    trial.finish()
+    return tuple(fault for fault, _, _ in phases)
+
+
+@contextlib.contextmanager
+def database_away(trial: Trial) -> Iterator[None]:
+    """The SQLite metrics database gone (a plain file where its directory was, so nothing
+    can create a fresh one), then back."""
+    directory = Path(trial.run.metrics_url.removeprefix("sqlite:///")).parent
+    away = directory.with_name(directory.name + "-away")
+    directory.rename(away)
+    directory.write_text("away\n")
+    try:
+        yield
+    finally:
+        directory.unlink()
+        away.rename(directory)
+
+
+def database(trial: Trial) -> tuple[str, ...]:
+    trial.start()
+    trial.wait_for("a checkpoint", lambda rows: len(rows) >= 1 + trial.rng.randrange(8))
+    away_s = trial.rng.uniform(1.0, 2 * LEASE_TTL_S)
+    say(f"  database-away: {away_s:.1f} s")
+    with database_away(trial):
+        time.sleep(away_s)
+    trial.wait_for("live data", live_for(3, 0))
+    say("  database-away-at-shutdown")
+    with database_away(trial):
+        trial.producer.stop()
+        trial.terminate()
+    # The rows the stopped run could not deliver wait in its journal for the next run,
+    # which follows new live events.
+    trial.producer = trial.producer.successor()
+    trial.producer.start()
+    seen = len(trial.checkpoints())
+    trial.start()
+    trial.wait_for("live data after the restart", live_for(3, seen))
+    trial.finish()
+    return ("database-away", "database-away-at-shutdown")
+
+
+def skew(trial: Trial) -> tuple[str, ...]:
+    trial.start()
+    trial.wait_for("a Kafka checkpoint", lambda rows: any(c.phase == "kafka" for c in rows))
+    skewed = trial.launch(skewed_command(trial.run), skewed_environment(2 * LEASE_TTL_S + 60))
+    code = skewed.wait(PHASE_TIMEOUT_S)
+    if code != 2 or "is already run by" not in trial.logs[-1].read_text():
+        raise TrialFailed(f"the skewed driver was not refused (exit {code}): {trial.logs[-1]}")
+    trial.wait_for("live data", live_for(3, 0))
+    trial.finish()
+    return ("skewed-second-driver",)
+
+
+KINDS: dict[str, Callable[[Trial], tuple[str, ...]]] = {
+    "kills": kills,
+    "database": database,
+    "skew": skew,
+}
+FAULTS = {
+    "kills": ("sigkill-files", "sigkill-kafka-backlog", "sigkill-live"),
+    "database": ("database-away", "database-away-at-shutdown"),
+    "skew": ("skewed-second-driver",),
+}
+
+
+def faketime_library() -> str:
+    found = glob.glob("/usr/lib/*/faketime/libfaketime.so.1")
+    if not found:
+        raise TrialFailed("libfaketime is missing (apt-get install faketime)")
+    return found[0]
+
+
+def skewed_environment(ahead_s: float) -> dict[str, str]:
+    return job_environment() | {"LD_PRELOAD": faketime_library(), "FAKETIME": f"+{ahead_s:g}s"}
+
+
+def skewed_command(run: Run) -> list[str]:
+    """The pipeline in this interpreter, its clock skewed; the JVM it starts is not (the
+    preload is dropped before, as libfaketime stalls the JVM), nor needs to be: the lease
+    is the driver's Python."""
+    boot = (
+        "import os, runpy, sys; os.environ.pop('LD_PRELOAD'); sys.argv[0] = 'backlog-events-job'; "
+        "runpy.run_module('spark_jobs.jobs.events_pipeline', run_name='__main__')"
+    )
+    conf = [arg for key, value in run.spark_conf().items() for arg in ("--conf", f"{key}={value}")]
+    return [sys.executable, "-c", boot, *run.job_args(), *conf]
+
+
+# --- running the campaign -----------------------------------------------------------------
+
+
+def run_trial(
+    kind: str, index: int, workdir: Path, events: int, rng: random.Random, metrics_url: str | None
+) -> TrialResult:
+    root = workdir / f"{kind}-{index}"
+    shutil.rmtree(root, ignore_errors=True)  # a campaign run again starts afresh
+    name = f"chaos-{kind}-{index}-{time.time_ns()}"
+    with EmbeddedBroker(root / "broker", {TOPIC: PARTITIONS}) as broker:
+        first_live_id = prepare_history(root / "history", events, 8)
+        run = Run(
+            name=name,
+            root=root / "job",
+            history=root / "history",
+            metrics_url=metrics_url or f"sqlite:///{root / 'metrics' / 'metrics.db'}",
+            conf=CONF,
+            kafka=KafkaTopic(broker.bootstrap_servers, TOPIC, PARTITIONS),
+        )
+        run.root.mkdir(parents=True)
+        (root / "metrics").mkdir()
+        producer = KafkaProducerThread(
+            broker.bootstrap_servers, TOPIC, PARTITIONS, first_live_id, events_per_s=600
+        )
+        trial = Trial(kind, run, producer, rng)
+        producer.start()
+        note = ""
+        try:
+            faults = KINDS[kind](trial)
+            recovered = True
+        except TrialFailed as failure:
+            faults, recovered, note = FAULTS[kind], False, str(failure)
+        finally:
+            trial.producer.stop()
+            if trial.job is not None and trial.job.poll() is None:
+                trial.kill()
+        inputs = Inputs(run.history, None, broker.bootstrap_servers, TOPIC)
+        marks = [c.watermark for c in run.checkpoints() if c.watermark is not None]
+        output = committed_output(run.root / "output")
+        result = compare(output, all_input(inputs), WINDOW_S, max(marks, default=EPOCH))
+    recorded = [c.batch_id for c in run.checkpoints()]
+    unrecorded = unrecorded_batches(run.root / "checkpoint" / "spark", recorded)
+    if unrecorded:
+        missing = f"committed without a metrics row: batches {unrecorded}"
+        recovered, note = False, f"{note}; {missing}" if note else missing
+    return TrialResult(
+        kind, faults, recovered, result.lost, result.duplicated, result.compared, note
+    )
+
+
+def summary(results: Sequence[TrialResult]) -> dict[str, dict[str, int]]:
+    """Per fault: trials, events lost and duplicated, trials the job recovered from."""
+    faults: dict[str, dict[str, int]] = {}
+    for result in results:
+        for fault in result.faults:
+            counts = faults.setdefault(
+                fault, {"trials": 0, "lost": 0, "duplicated": 0, "recovered": 0}
+            )
+            counts["trials"] += 1
+            counts["lost"] += result.lost
+            counts["duplicated"] += result.duplicated
+            counts["recovered"] += result.recovered
+    return faults
+
+
+def table(faults: dict[str, dict[str, int]]) -> list[str]:
+    lines = [f"{'fault':<28}{'trials':>8}{'lost':>8}{'duplicated':>12}{'recovered':>11}"]
+    for fault, counts in faults.items():
+        lines.append(
+            f"{fault:<28}{counts['trials']:>8}{counts['lost']:>8}"
+            f"{counts['duplicated']:>12}{counts['recovered']:>11}"
+        )
+    return lines
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="backlog-chaos", description=__doc__.split("\n")[0])
+    parser.add_argument("--trials", type=count_argument, default=10, help="trials of each kind")
+    parser.add_argument(
+        "--kinds",
+        default="kills,database",
+        help=f"comma-separated kinds of trials, of {', '.join(KINDS)} (default kills,database)",
+    )
+    parser.add_argument("--events", type=count_argument, default=30_000, help="backlog events")
+    parser.add_argument("--workdir", type=Path, default=Path("backlog-chaos"))
+    parser.add_argument("--seed", type=int, default=None, help="for repeatable fault points")
+    parser.add_argument(
+        "--postgres-url", help="a PostgreSQL metrics database (needed by the 'skew' trials)"
+    )
+    args = parser.parse_args(argv)
+    kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
+    unknown = [k for k in kinds if k not in KINDS]
+    if unknown or not kinds:
+        parser.error(f"--kinds {args.kinds!r}: choose among {', '.join(KINDS)}")
+    if "skew" in kinds and not args.postgres_url:
+        parser.error("--kinds skew needs --postgres-url (SQLite's clock is each process's)")
+    args.kinds = kinds
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    seed = args.seed if args.seed is not None else random.randrange(2**32)
+    rng = random.Random(seed)
+    say(f"fault campaign: {args.trials} trial(s) of {', '.join(args.kinds)} (seed {seed})")
+    results = []
+    for kind in args.kinds:
+        for index in range(args.trials):
+            say(f"[{kind} {index + 1}/{args.trials}]")
+            url = args.postgres_url if kind == "skew" else None
+            result = run_trial(kind, index, args.workdir.resolve(), args.events, rng, url)
+            outcome = "recovered" if result.recovered else f"NOT recovered: {result.note}"
+            say(
+                f"  {result.compared:,} events compared: lost {result.lost}, "
+                f"duplicated {result.duplicated}, {outcome}"
+            )
+            results.append(result)
+    faults = summary(results)
+    for line in table(faults):
+        say(line)
+    print(json.dumps(faults, sort_keys=True), flush=True)
+    clean = all(r.recovered and r.lost == r.duplicated == 0 for r in results)
+    return 0 if clean else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
