@@ -1,12 +1,18 @@
-"""The operator graph read from a real query plan, and FLIP-327 propagation over it."""
+"""The operator graph read from a real query plan, FLIP-327 propagation over it, and the
+batch-row cap shared by the sources it names."""
 
 import json
 
+import pyarrow.dataset as ds
 import pytest
+import sqlalchemy as sa
 
+from spark_jobs.backlog.config import BacklogConfig
 from spark_jobs.backlog.graph import OperatorKind
 from spark_jobs.backlog.status import BacklogModel, SourceStatus
 from spark_jobs.coordinator.plan_graph import operator_graph
+from spark_jobs.coordinator.runtime import BacklogRuntime
+from spark_jobs.metrics.schema import backlog_checkpoints, make_engine
 from spark_jobs.sources.hybrid import HybridDataSource
 
 
@@ -53,3 +59,85 @@ def test_two_hybrid_sources_with_one_name_are_refused(spark, tmp_path):
     second = hybrid(spark, tmp_path / "elsewhere", "events")
     with pytest.raises(ValueError, match=r"hybrid sources named \['events'\] are read more"):
         operator_graph(first.union(second))
+
+
+def write_files(directory, first_id: int, files: int, rows: int) -> list[int]:
+    directory.mkdir(parents=True)
+    ids = []
+    for index in range(files):
+        batch = range(first_id + index * rows, first_id + (index + 1) * rows)
+        lines = [json.dumps({"id": i, "key": f"k{i % 7}"}) for i in batch]
+        (directory / f"part-{index:03d}.json").write_text("\n".join(lines) + "\n")
+        ids.extend(batch)
+    return ids
+
+
+def test_max_batch_rows_bounds_a_batch_of_two_sources_in_backlog(spark, tmp_path):
+    """Two sources in backlog, read by one query: the cap holds for the whole batch,
+    shared between them, not for each (which would double it)."""
+    ids = write_files(tmp_path / "orders", 0, 8, 2_000)
+    ids += write_files(tmp_path / "refunds", 100_000, 8, 2_000)
+    config = BacklogConfig.from_spark_conf(
+        {
+            "spark.backlog.job-name": "two-sources",
+            "spark.backlog.metrics.url": f"sqlite:///{tmp_path}/metrics.db",
+            "spark.backlog.checkpointing.interval": "1s",
+            "spark.backlog.checkpointing.interval-during-backlog": "1min",
+            "spark.backlog.checkpointing.max-batch-rows": "5000",
+        }
+    )
+    runtime = BacklogRuntime(spark, config)
+    runtime.hold_lease(str(tmp_path / "checkpoint"))
+
+    def source(name):
+        children = [
+            {"name": "files", "kind": "files", "path": str(tmp_path / name), "format": "json"}
+        ]
+        return (
+            spark.readStream.format("hybrid")
+            .schema("id BIGINT, key STRING")
+            .options(**runtime.source_options())
+            .option("name", name)
+            .option("sources", json.dumps(children))
+            .option("stateLocation", str(tmp_path / "checkpoint" / "state" / name))
+            .load()
+        )
+
+    both = source("orders").union(source("refunds"))
+    writer = (
+        both.writeStream.format("parquet")
+        .option("path", str(tmp_path / "output"))
+        .option("checkpointLocation", str(tmp_path / "checkpoint" / "spark"))
+    )
+    try:
+        runtime.start_gated(writer, graph=operator_graph(both))
+        runtime.await_termination(stop_when_idle_s=2, timeout_s=240)
+    finally:
+        runtime.close()
+
+    rows = [r["num_input_rows"] for r in checkpoint_rows(f"sqlite:///{tmp_path}/metrics.db")]
+    assert sum(rows) == len(ids)
+    assert max(rows) <= 5_000, rows
+    assert len(rows) >= len(ids) // 5_000, "batches are as large as the cap allows"
+    written = committed_output_ids(tmp_path / "output")
+    assert sorted(written) == sorted(ids)
+
+
+def checkpoint_rows(url: str) -> list[dict]:
+    engine = make_engine(url)
+    with engine.connect() as connection:
+        rows = connection.execute(
+            sa.select(backlog_checkpoints).order_by(backlog_checkpoints.c.batch_id)
+        )
+        result = [dict(r._mapping) for r in rows]
+    engine.dispose()
+    return result
+
+
+def committed_output_ids(output) -> list[int]:
+    files = {
+        json.loads(line)["path"].removeprefix("file://")
+        for log in sorted((output / "_spark_metadata").glob("[0-9]*"))
+        for line in log.read_text().splitlines()[1:]
+    }
+    return ds.dataset(sorted(files), format="parquet").to_table().column("id").to_pylist()
