@@ -57,7 +57,8 @@ backlog_checkpoints = Table(
     Column("recovered", Boolean, nullable=True),
     # A retried insert of the same batch is a no-op rather than a second row.
     UniqueConstraint("job_name", "run_id", "batch_id", name="uq_backlog_checkpoints_batch"),
-    Index("ix_backlog_checkpoints_job_committed_at", "job_name", "committed_at"),
+    # The sensors' "latest checkpoints" order by (committed_at, id): no sort with this.
+    Index("ix_backlog_checkpoints_job_committed", "job_name", "committed_at", "id"),
 )
 
 backlog_transitions = Table(
@@ -95,7 +96,8 @@ backlog_control = Table(
     Column("answered_by_run", String(200), nullable=True),
     # The run the request is meant for (NULL: whichever run is live); another run rejects it.
     Column("for_run_id", String(200), nullable=True),
-    Index("ix_backlog_control_job_status", "job_name", "status"),
+    # A job's pending requests, oldest first, without a sort.
+    Index("ix_backlog_control_job_status_id", "job_name", "status", "id"),
 )
 PENDING, APPLIED, REJECTED = "pending", "applied", "rejected"
 #: A request a run has taken and is acting on; it answers (applied, rejected) next. Taking
@@ -123,6 +125,8 @@ backlog_leases = Table(
     Column("released_at", DateTime(timezone=True), nullable=True),
     # A checkpoint holds one job's offsets and state: one lease row per checkpoint location.
     Index("uq_backlog_leases_checkpoint", "checkpoint_location", unique=True),
+    # A job's latest lease (sensors, launcher) without a sort.
+    Index("ix_backlog_leases_job_acquired", "job_name", "acquired_at"),
 )
 
 
@@ -189,6 +193,8 @@ def row_values(row: CheckpointRow | TransitionRow) -> dict[str, object]:
 #: Any constant key: drivers and Airflow creating the tables of one PostgreSQL database
 #: at once take turns (concurrent CREATE TABLE IF NOT EXISTS can fail there).
 _CREATE_LOCK_KEY = 7_309_327_328
+#: Indexes an earlier version created that a newer one replaced.
+_REPLACED_INDEXES = ("ix_backlog_checkpoints_job_committed_at", "ix_backlog_control_job_status")
 
 
 def create_tables(bind: sqlalchemy.Engine | sqlalchemy.Connection) -> None:
@@ -214,6 +220,8 @@ def create_tables(bind: sqlalchemy.Engine | sqlalchemy.Connection) -> None:
         for index in table.indexes:
             connection.execute(CreateIndex(index, if_not_exists=True))
         inspector.clear_cache()
+    for name in _REPLACED_INDEXES:
+        connection.exec_driver_sql(f"DROP INDEX IF EXISTS {name}")
 
 
 def _add_column(connection: sqlalchemy.Connection, table: Table, column: Column) -> None:

@@ -99,7 +99,7 @@ def test_unique_constraints_make_retried_inserts_idempotent():
 
 def test_indexes_serve_latest_row_of_a_job_queries():
     assert [[c.name for c in i.columns] for i in backlog_checkpoints.indexes] == [
-        ["job_name", "committed_at"]
+        ["job_name", "committed_at", "id"]
     ]
     assert [[c.name for c in i.columns] for i in backlog_transitions.indexes] == [
         ["job_name", "at"]
@@ -181,7 +181,9 @@ def test_create_tables_twice_is_harmless(backend):
             for i in inspector.get_indexes("backlog_checkpoints")
             if not i.get("duplicates_constraint")
         }
-        assert indexes == {"ix_backlog_checkpoints_job_committed_at": ["job_name", "committed_at"]}
+        assert indexes == {
+            "ix_backlog_checkpoints_job_committed": ["job_name", "committed_at", "id"]
+        }
         unique_columns = [
             u["column_names"] for u in inspector.get_unique_constraints("backlog_transitions")
         ]
