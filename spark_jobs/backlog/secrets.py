@@ -26,8 +26,15 @@ _URL_PASSWORD = r"//[^/@:\s]+:[^/@\s]+@"
 SPARK_REDACTION_REGEX = f"{SPARK_DEFAULT_REDACTION}|{_URL_PASSWORD}"
 REDACTED = "*****"
 
-_SECRET_KEY = re.compile(r"secret|password|passwd|token|access[._-]?key|credential|jaas", re.I)
+_SECRET_WORDS = r"secret|password|passwd|token|access[._-]?key|credential|jaas"
+_SECRET_KEY = re.compile(_SECRET_WORDS, re.I)
 _URL_USERINFO = re.compile(r"(//[^/@:\s]+:)([^/@\s]+)(@)")
+#: ``"sasl.password": "..."`` in JSON that could not be parsed (so ``redact`` cannot).
+_QUOTED_SECRET = re.compile(rf'("[^"]*(?:{_SECRET_WORDS})[^"]*"\s*:\s*)"(?:[^"\\]|\\.)*"', re.I)
+#: ``password="..."`` inside a value, as in Kafka's ``sasl.jaas.config``.
+_ASSIGNED_SECRET = re.compile(
+    r"((?:password|secret|token)\s*=\s*)(\\?\"[^\"\\]*\\?\"|[^\s;,]+)", re.I
+)
 
 
 def is_secret_key(key: str) -> bool:
@@ -37,8 +44,11 @@ def is_secret_key(key: str) -> bool:
 
 
 def redact_text(text: str) -> str:
-    """``text`` with the password of every URL in it replaced."""
-    return _URL_USERINFO.sub(rf"\g<1>{REDACTED}\g<3>", text)
+    """``text`` with the password of every URL in it, quoted secret-keyed JSON values and
+    ``password=...`` assignments replaced (for text that is not valid JSON)."""
+    text = _URL_USERINFO.sub(rf"\g<1>{REDACTED}\g<3>", text)
+    text = _QUOTED_SECRET.sub(rf'\g<1>"{REDACTED}"', text)
+    return _ASSIGNED_SECRET.sub(rf"\g<1>{REDACTED}", text)
 
 
 def redact(value: Any) -> Any:

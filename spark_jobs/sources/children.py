@@ -15,6 +15,8 @@ from typing import Any, ClassVar
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
+from spark_jobs.backlog.secrets import REDACTED, is_secret_key, redacted_repr
+
 Position = dict[str, Any]
 
 
@@ -96,8 +98,8 @@ def spec_field(spec: Mapping[str, Any], key: str, kind: type, default: Any = Non
     if value is None:
         raise ChildSpecError(f"child source {spec.get('name')!r}: field {key!r} is required")
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        shown = REDACTED if is_secret_key(key) else redacted_repr(value)
         raise ChildSpecError(
-            f"child source {spec.get('name')!r}: field {key!r} = {value!r} "
-            f"must be a {kind.__name__}"
+            f"child source {spec.get('name')!r}: field {key!r} = {shown} must be a {kind.__name__}"
         )
     return value

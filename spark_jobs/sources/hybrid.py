@@ -39,6 +39,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from spark_jobs.backlog.secrets import redacted_repr
 from spark_jobs.backlog.values import parse_count
 from spark_jobs.sources.children import (
     ChildSource,
@@ -72,10 +73,12 @@ def parse_children(text: str | None) -> list[dict[str, Any]]:
     try:
         specs = json.loads(text)
     except json.JSONDecodeError as error:
-        raise HybridOptionError(f"option 'sources' is not valid JSON ({error}): {text!r}") from None
+        raise HybridOptionError(
+            f"option 'sources' is not valid JSON ({error}): {redacted_repr(text)}"
+        ) from None
     if not isinstance(specs, list) or not specs or not all(isinstance(s, dict) for s in specs):
         raise HybridOptionError(
-            f"option 'sources' = {text!r} must be a non-empty JSON list of objects"
+            f"option 'sources' = {redacted_repr(text)} must be a non-empty JSON list of objects"
         )
     names = []
     for position, spec in enumerate(specs):
@@ -113,7 +116,7 @@ def _positive_int(options: Mapping[str, str], key: str) -> int | None:
     try:
         return parse_count(value)
     except ValueError as error:
-        raise HybridOptionError(f"option {key!r} = {value!r}: {error}") from None
+        raise HybridOptionError(f"option {key!r} = {redacted_repr(value)}: {error}") from None
 
 
 class HybridStreamReader(DataSourceStreamReader):

@@ -7,6 +7,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxFiles, Rea
 from spark_jobs.backlog.decider import Decision
 from spark_jobs.backlog.plan import TriggerPlan
 from spark_jobs.demo.broker import EmbeddedBroker
+from spark_jobs.sources.children import ChildSpecError, spec_field
 from spark_jobs.sources.gate import PlanChannel
 from spark_jobs.sources.hybrid import HybridDataSource, HybridOptionError, HybridStreamReader
 from tests.spark_jobs.sources.conftest import SPARK_SCHEMA, land, write_file
@@ -219,6 +220,31 @@ def test_invalid_options_are_named(tmp_path, options, message):
     source = HybridDataSource(merged)
     with pytest.raises(HybridOptionError, match=message):
         source.streamReader(SPARK_SCHEMA)
+
+
+@pytest.mark.parametrize(
+    "sources",
+    [
+        # Not JSON, so its secrets cannot be found by key.
+        '[{"name": "k", "kind": "kafka", "kafka.sasl.password": "hunter2", ',
+        # JSON of the wrong shape.
+        '{"name": "k", "kind": "kafka", "kafka.sasl.password": "hunter2"}',
+    ],
+)
+def test_an_invalid_sources_option_is_shown_without_its_secrets(tmp_path, sources):
+    source = HybridDataSource({"sources": sources, "stateLocation": str(tmp_path / "s")})
+    with pytest.raises((HybridOptionError, ValueError)) as raised:
+        source.streamReader(SPARK_SCHEMA)
+    assert "hunter2" not in str(raised.value)
+    assert "sasl.password" in str(raised.value)
+
+
+def test_a_secret_field_of_the_wrong_type_is_named_but_not_shown():
+    with pytest.raises(ChildSpecError) as raised:
+        spec_field({"name": "k", "kafka.sasl.password": ["hunter2"]}, "kafka.sasl.password", str)
+    assert str(raised.value) == (
+        "child source 'k': field 'kafka.sasl.password' = ***** must be a str"
+    )
 
 
 def test_a_schema_is_required():

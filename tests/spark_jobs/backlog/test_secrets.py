@@ -1,0 +1,62 @@
+import json
+import re
+
+import pytest
+
+from spark_jobs.backlog.secrets import (
+    REDACTED,
+    SPARK_REDACTION_REGEX,
+    is_secret_key,
+    redact,
+    redact_text,
+    redacted_repr,
+)
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["kafka.sasl.password", "ssl.key.password", "sasl.jaas.config", "aws.secret.access.key"],
+)
+def test_keys_that_hold_secrets_are_recognised(key):
+    assert is_secret_key(key)
+
+
+@pytest.mark.parametrize("key", ["kafka.bootstrap.servers", "path", "name", "subscribe"])
+def test_ordinary_keys_are_not(key):
+    assert not is_secret_key(key)
+
+
+def test_a_url_keeps_everything_but_its_password():
+    assert redact_text("postgresql://metrics:s3cret@db:5432/m") == (
+        f"postgresql://metrics:{REDACTED}@db:5432/m"
+    )
+    assert redact_text("sqlite:////data/metrics.db") == "sqlite:////data/metrics.db"
+
+
+def test_nested_options_are_redacted_by_key_and_json_text_stays_json():
+    sources = json.dumps(
+        [{"name": "kafka", "kind": "kafka", "kafka.sasl.password": "hunter2", "path": "/x"}]
+    )
+    shown = redact(sources)
+    assert "hunter2" not in shown
+    assert json.loads(shown)[0] == {
+        "name": "kafka",
+        "kind": "kafka",
+        "kafka.sasl.password": REDACTED,
+        "path": "/x",
+    }
+
+
+def test_text_that_is_not_valid_json_still_loses_its_secrets():
+    broken = '[{"name": "k", "kafka.sasl.password": "hunter2", "path": '
+    jaas = 'PlainLoginModule required username="u" password="hunter2";'
+    assert "hunter2" not in redact_text(broken)
+    assert "hunter2" not in redact_text(jaas) and 'username="u"' in redact_text(jaas)
+    assert "hunter2" not in redacted_repr({"sasl.jaas.config": jaas})
+
+
+def test_sparks_redaction_regex_hides_our_metrics_url_and_what_spark_hides():
+    pattern = re.compile(SPARK_REDACTION_REGEX)
+    assert pattern.search("postgresql://metrics:s3cret@db/m")
+    assert pattern.search("spark.hadoop.fs.s3a.secret.key")
+    assert not pattern.search("sqlite:////data/metrics.db")
