@@ -222,6 +222,13 @@ def job_processes(job: str, data: Path) -> list[psutil.Process]:
     return [p for p in found if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
 
 
+def command_line(process: psutil.Process) -> str:
+    try:
+        return " ".join(process.cmdline())
+    except psutil.Error:  # gone meanwhile
+        return ""
+
+
 def live_intervals_ms(deployment: Deployment, run_id: str) -> list[int]:
     return [
         row["effective_interval_ms"]
@@ -345,14 +352,14 @@ def test_on_a_cluster_the_phased_dag_survives_a_lost_worker_relaunches_and_answe
 def test_killing_the_launch_task_leaves_no_spark_process_behind(deployment):
     dag_test = deployment.dags_test("backlog_phased")
     try:
-        wait_for(
-            lambda: deployment.rows(sa.select(backlog_leases.c.run_id)),
-            "the driver to take its lease",
-            180,
-            dag_test,
-        )
+        # Killed once a batch has committed, so Spark's Python workers exist too.
+        wait_for(lambda: checkpoints(deployment.dirs), "the first checkpoint", 240, dag_test)
         driver = job_processes(JOB, deployment.data)
         assert len(driver) >= 3, "spark-submit, its JVM and the Python driver"
+        # Every process under the task, whatever its command line says.
+        driver += psutil.Process(dag_test.pid).children(recursive=True)
+        workers = [p for p in driver if "pyspark.daemon pyspark.worker" in command_line(p)]
+        assert workers, "the driver's Python workers run"
         # What Airflow does to a task it kills: SIGTERM, which runs the operator's on_kill.
         os.kill(dag_test.pid, signal.SIGTERM)
         dag_test.wait(120)
