@@ -6,74 +6,36 @@ Spark conf, so that is the one place users set these keys.
 
 from __future__ import annotations
 
-import re
+import difflib
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
+from spark_jobs.backlog import options
 from spark_jobs.backlog.lag import LagRules, Thresholds
-from spark_jobs.backlog.values import (
-    DURATION_FORMAT,
-    format_duration,
-    parse_count,
-    parse_duration,
-)
+from spark_jobs.backlog.options import KEYS, OPTIONS, PREFIX, Option
+from spark_jobs.backlog.secrets import redact, redact_text
+from spark_jobs.backlog.values import format_duration
 
-PREFIX = "spark.backlog."
-INTERVAL = "spark.backlog.checkpointing.interval"
-INTERVAL_DURING_BACKLOG = "spark.backlog.checkpointing.interval-during-backlog"
-MIN_PAUSE = "spark.backlog.checkpointing.min-pause"
-MAX_BATCH_ROWS = "spark.backlog.checkpointing.max-batch-rows"
-JOB_NAME = "spark.backlog.job-name"
-RUN_ID = "spark.backlog.run-id"
-METRICS_URL = "spark.backlog.metrics.url"
-PENDING_FILES_THRESHOLD = "spark.backlog.file-source.pending-files-threshold"
-LEASE_TTL = "spark.backlog.lease.ttl"
-OFFSET_LAG_ENTER = "spark.backlog.lag.offsets.enter-threshold"
-OFFSET_LAG_LEAVE = "spark.backlog.lag.offsets.leave-threshold"
-WATERMARK_LAG_ENTER = "spark.backlog.lag.watermark.enter-threshold"
-WATERMARK_LAG_LEAVE = "spark.backlog.lag.watermark.leave-threshold"
-LAG_MIN_DWELL = "spark.backlog.lag.min-dwell"
-METRICS_RETENTION = "spark.backlog.metrics.retention"
-
-DEFAULTS = {
-    INTERVAL: "30s",
-    MIN_PAUSE: "0",
-    MAX_BATCH_ROWS: "1000000",
-    METRICS_URL: "sqlite:///backlog_metrics.db",
-    PENDING_FILES_THRESHOLD: "10",
-    LEASE_TTL: "30s",
-    LAG_MIN_DWELL: "0",
-}
-KNOWN_KEYS = (
-    INTERVAL,
-    INTERVAL_DURING_BACKLOG,
-    MIN_PAUSE,
-    MAX_BATCH_ROWS,
-    JOB_NAME,
-    RUN_ID,
-    METRICS_URL,
-    PENDING_FILES_THRESHOLD,
-    OFFSET_LAG_ENTER,
-    OFFSET_LAG_LEAVE,
-    WATERMARK_LAG_ENTER,
-    WATERMARK_LAG_LEAVE,
-    LAG_MIN_DWELL,
-    LEASE_TTL,
-    METRICS_RETENTION,
-)
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:+-]{0,199}$")
-_NAME_RULE = "1-200 characters: letters, digits and _ . : + - (starting with a letter or digit)"
-_URL = re.compile(r"^(sqlite|postgresql)(\+[a-z0-9_]+)?://")
-_URL_RULE = "an SQLAlchemy URL: sqlite:///relative.db, sqlite:////absolute/path.db or postgresql://user:password@host:5432/database"
+#: Keys other modules set or check by name.
+INTERVAL = options.CHECKPOINTING_INTERVAL.key
+INTERVAL_DURING_BACKLOG = options.CHECKPOINTING_INTERVAL_DURING_BACKLOG.key
+JOB_NAME = options.JOB_NAME.key
+RUN_ID = options.RUN_ID.key
+METRICS_URL = options.METRICS_URL.key
+#: What a running job may change without a restart.
+RECONFIGURABLE = tuple(option.key for option in OPTIONS if option.reconfigurable)
 
 
 class ConfigError(ValueError):
-    """One or more invalid settings; the message names each key, its value and what is allowed."""
+    """One or more invalid settings; the message names each key, its value and what is allowed.
+
+    Every problem is redacted here once more, so no caller can leak a URL's password."""
 
     def __init__(self, problems: list[str]):
-        self.problems = problems
-        super().__init__("invalid backlog configuration:\n  " + "\n  ".join(problems))
+        self.problems = [redact_text(problem) for problem in problems]
+        super().__init__("invalid backlog configuration:\n  " + "\n  ".join(self.problems))
 
 
 @dataclass(frozen=True)
@@ -102,133 +64,57 @@ class BacklogConfig:
     @classmethod
     def from_spark_conf(cls, conf: Mapping[str, str], app_name: str | None = None) -> BacklogConfig:
         """Parse and validate every ``spark.backlog.*`` key, reporting all problems at once."""
-        problems: list[str] = []
-        for key in sorted(k for k in conf if k.startswith(PREFIX) and k not in KNOWN_KEYS):
+        conf = {key: str(value) for key, value in conf.items() if value is not None}
+        problems = [
+            _unknown_key_problem(key, conf[key]) for key in sorted(conf) if _is_unknown(key)
+        ]
+        values: dict[str, Any] = {}
+        for option in OPTIONS:
+            label, text = _setting(option, conf, app_name)
+            values[option.key], problem = _parse(option, label, text)
+            problems += [problem] if problem else []
+        if JOB_NAME not in conf and app_name is None:
             problems.append(
-                f"{key} = {conf[key]!r} is not a known setting; known: {', '.join(KNOWN_KEYS)}"
+                f"{JOB_NAME} is not set and there is no spark.app.name: set "
+                f"{options.JOB_NAME.kind.allowed()}"
             )
-
-        def raw(key: str) -> str | None:
-            value = conf.get(key, DEFAULTS.get(key))
-            return None if value is None else str(value).strip()
-
-        def duration(key: str, minimum_s: float, rule: str) -> float | None:
-            value = raw(key)
-            if value is None:
-                return None
-            try:
-                seconds = parse_duration(value)
-            except ValueError as error:
-                problems.append(f"{key} = {value!r} is invalid: {error}")
-                return None
-            if seconds < minimum_s:
-                problems.append(f"{key} = {value!r} is invalid: {rule}")
-                return None
-            return seconds
-
-        def count(key: str, *, zero_allowed: bool = False) -> int | None:
-            value = raw(key)
-            if value is None:
-                return None
-            if zero_allowed and value == "0":
-                return 0
-            try:
-                return parse_count(value)
-            except ValueError as error:
-                allowed = "expected 0 or a whole number above 0" if zero_allowed else str(error)
-                problems.append(f"{key} = {value!r} is invalid: {allowed}")
-                return None
-
-        def thresholds(
-            enter_key: str,
-            enter: float | None,
-            leave_key: str,
-            leave: float | None,
-            half: Callable[[float], float],
-            show: Callable[[float], str],
-        ) -> Thresholds | None:
-            """A lag rule's thresholds; None when it is off or a value was refused."""
-            if raw(enter_key) is None:
-                if raw(leave_key) is not None:
-                    problems.append(
-                        f"{leave_key} = {raw(leave_key)!r} is invalid: it applies only with "
-                        f"{enter_key} set, which turns the rule on"
-                    )
-                return None
-            if enter is None or (leave is None and raw(leave_key) is not None):
-                return None
-            leave = half(enter) if leave is None else leave
-            if leave > enter:
-                problems.append(
-                    f"{leave_key} = {raw(leave_key)!r} is invalid: it must be at most "
-                    f"{enter_key} ({show(enter)}), since lag leaves backlog at or below it"
-                )
-                return None
-            return Thresholds(enter=enter, leave=leave)
-
-        def name(key: str, fallback: str | None) -> str:
-            value = raw(key) or fallback
-            if value is None:
-                problems.append(
-                    f"{key} is not set and there is no spark.app.name: set {_NAME_RULE}"
-                )
-                return ""
-            if not _NAME.match(value):
-                problems.append(f"{key} = {value!r} is invalid: expected {_NAME_RULE}")
-            return value
-
-        interval = duration(INTERVAL, 0.001, f"must be at least 1ms ({DURATION_FORMAT})")
-        during = duration(INTERVAL_DURING_BACKLOG, 0.0, f"expected {DURATION_FORMAT}")
-        if interval is not None and during is not None and 0 < during < interval:
-            problems.append(
-                f"{INTERVAL_DURING_BACKLOG} = {raw(INTERVAL_DURING_BACKLOG)!r} is invalid: "
-                f"it must be 0 (no periodic checkpoint during backlog) or at least {INTERVAL} "
-                f"({format_duration(interval)}), because checkpoints during backlog may only "
-                "be rarer"
-            )
-        min_pause = duration(MIN_PAUSE, 0.0, f"expected {DURATION_FORMAT}")
-        offset_lag = thresholds(
-            OFFSET_LAG_ENTER,
-            count(OFFSET_LAG_ENTER),
-            OFFSET_LAG_LEAVE,
-            count(OFFSET_LAG_LEAVE, zero_allowed=True),
+        problems += _backlog_interval_problems(conf, values)
+        offsets, offset_problems = _thresholds(
+            conf,
+            values,
+            options.LAG_OFFSETS_ENTER_THRESHOLD,
+            options.LAG_OFFSETS_LEAVE_THRESHOLD,
             half=lambda enter: enter // 2,
             show=str,
         )
-        watermark_lag = thresholds(
-            WATERMARK_LAG_ENTER,
-            duration(WATERMARK_LAG_ENTER, 0.001, f"must be at least 1ms ({DURATION_FORMAT})"),
-            WATERMARK_LAG_LEAVE,
-            duration(WATERMARK_LAG_LEAVE, 0.0, f"expected {DURATION_FORMAT}"),
+        watermark, watermark_problems = _thresholds(
+            conf,
+            values,
+            options.LAG_WATERMARK_ENTER_THRESHOLD,
+            options.LAG_WATERMARK_LEAVE_THRESHOLD,
             half=lambda enter: enter / 2,
             show=format_duration,
         )
-        min_dwell = duration(LAG_MIN_DWELL, 0.0, f"expected {DURATION_FORMAT}")
-        metrics_url = raw(METRICS_URL) or ""
-        if not _URL.match(metrics_url):
-            problems.append(f"{METRICS_URL} = {metrics_url!r} is invalid: expected {_URL_RULE}")
-        config = cls(
-            interval_s=interval or 0.0,
-            interval_during_backlog_s=during,
-            min_pause_s=min_pause or 0.0,
-            max_batch_rows=count(MAX_BATCH_ROWS) or 1,
-            job_name=name(JOB_NAME, app_name),
-            run_id=name(RUN_ID, uuid.uuid4().hex),
-            metrics_url=metrics_url,
-            pending_files_threshold=count(PENDING_FILES_THRESHOLD) or 1,
-            lease_ttl_s=duration(LEASE_TTL, 3.0, f"must be at least 3s ({DURATION_FORMAT})")
-            or 30.0,
-            lag_rules=LagRules(
-                offsets=offset_lag, watermark_s=watermark_lag, min_dwell_s=min_dwell or 0.0
-            ),
-            # Sensors read a job's latest checkpoints: keep hours of them, not seconds.
-            metrics_retention_s=duration(
-                METRICS_RETENTION, 3600.0, f"must be at least 1h ({DURATION_FORMAT})"
-            ),
-        )
+        problems += offset_problems + watermark_problems
         if problems:
             raise ConfigError(problems)
-        return config
+        return cls(
+            interval_s=values[INTERVAL],
+            interval_during_backlog_s=values[INTERVAL_DURING_BACKLOG],
+            min_pause_s=values[options.CHECKPOINTING_MIN_PAUSE.key],
+            max_batch_rows=values[options.CHECKPOINTING_MAX_BATCH_ROWS.key],
+            job_name=values[JOB_NAME],
+            run_id=values[RUN_ID],
+            metrics_url=values[METRICS_URL],
+            pending_files_threshold=values[options.FILE_SOURCE_PENDING_FILES_THRESHOLD.key],
+            lease_ttl_s=values[options.LEASE_TTL.key],
+            lag_rules=LagRules(
+                offsets=offsets,
+                watermark_s=watermark,
+                min_dwell_s=values[options.LAG_MIN_DWELL.key],
+            ),
+            metrics_retention_s=values[options.METRICS_RETENTION.key],
+        )
 
     def describe(self) -> str:
         """One line for the driver log."""
@@ -252,17 +138,16 @@ class BacklogConfig:
         return line
 
 
-#: What a running job may change without a restart.
-RECONFIGURABLE = (INTERVAL, INTERVAL_DURING_BACKLOG)
-
-
 def reconfigured(
     config: BacklogConfig, conf: Mapping[str, str], changes: Mapping[str, str]
 ) -> BacklogConfig:
     """``config`` with ``changes`` applied over the Spark ``conf`` it came from, validated as
     at startup; raises ConfigError naming every problem, including keys that need a restart."""
     problems = [
-        f"{key} = {value!r} cannot change while the job runs; only {', '.join(RECONFIGURABLE)} can"
+        _unknown_key_problem(key, value)
+        if _is_unknown(key)
+        else f"{key} = {_shown(key, value)} cannot change while the job runs; "
+        f"only {', '.join(RECONFIGURABLE)} can"
         for key, value in sorted(changes.items())
         if key not in RECONFIGURABLE
     ]
@@ -280,3 +165,91 @@ def checkpoint_interval(config: BacklogConfig, job_is_backlog: bool) -> float | 
     if config.interval_during_backlog_s == 0:
         return None
     return config.interval_during_backlog_s
+
+
+def _is_unknown(key: str) -> bool:
+    """Whether ``key`` is meant for us (in any case: Spark's keys are case-sensitive, so
+    ``spark.Backlog.*`` would otherwise be ignored silently) but is not a known setting."""
+    return key.lower().startswith(PREFIX) and key not in KEYS
+
+
+def _unknown_key_problem(key: str, value: object) -> str:
+    """The problem with an unknown key: the closest known key, then all of them."""
+    tails = [known[len(PREFIX) :] for known in KEYS]
+    closest = difflib.get_close_matches(key.lower()[len(PREFIX) :], tails, n=1)
+    hint = f"did you mean {PREFIX}{closest[0]}? " if closest else ""
+    if key.lower() in KEYS:
+        hint = f"keys are case-sensitive: {hint}"
+    return f"{key} = {_shown(key, value)} is not a known setting; {hint}known: {', '.join(KEYS)}"
+
+
+def _shown(key: str, value: object) -> str:
+    """``value`` as a message quotes it: its URL passwords hidden, and all of it when ``key``
+    looks secret (``...password``, ``...token``)."""
+    return repr(redact({key: value})[key])
+
+
+def _setting(
+    option: Option, conf: Mapping[str, str], app_name: str | None
+) -> tuple[str, str | None]:
+    """Where ``option``'s value comes from, for messages, and the value (None: unset): the
+    conf, else Spark's app name for the job name, a new UUID for the run id, or the default."""
+    if option.key in conf:
+        return option.key, conf[option.key]
+    if option is options.JOB_NAME and app_name is not None:
+        return f"{option.key} (unset, so spark.app.name)", app_name
+    if option is options.RUN_ID:
+        return option.key, uuid.uuid4().hex
+    return option.key, option.default
+
+
+def _parse(option: Option, label: str, value: str | None) -> tuple[Any, str | None]:
+    """The parsed value (None when unset or refused) and the problem with it, if any."""
+    if value is None:
+        return None, None
+    try:
+        return option.kind.parse(value), None
+    except ValueError as error:
+        return None, f"{label} = {_shown(option.key, value)} is invalid: {error}"
+
+
+def _backlog_interval_problems(conf: Mapping[str, str], values: Mapping[str, Any]) -> list[str]:
+    """Flink's rule: checkpoints during backlog may only be rarer (or off, with 0)."""
+    interval, during = values[INTERVAL], values[INTERVAL_DURING_BACKLOG]
+    if interval is None or during is None or not 0 < during < interval:
+        return []
+    value = _shown(INTERVAL_DURING_BACKLOG, conf[INTERVAL_DURING_BACKLOG])
+    return [
+        f"{INTERVAL_DURING_BACKLOG} = {value} is invalid: it must be 0 (no periodic checkpoint "
+        f"during backlog) or at least {INTERVAL} ({format_duration(interval)}), because "
+        "checkpoints during backlog may only be rarer"
+    ]
+
+
+def _thresholds(
+    conf: Mapping[str, str],
+    values: Mapping[str, Any],
+    enter: Option,
+    leave: Option,
+    half: Callable[[float], float],
+    show: Callable[[float], str],
+) -> tuple[Thresholds | None, list[str]]:
+    """A lag rule's thresholds (None when it is off or a value was refused) and the problems
+    between them."""
+    if enter.key not in conf:
+        if leave.key not in conf:
+            return None, []
+        return None, [
+            f"{leave.key} = {_shown(leave.key, conf[leave.key])} is invalid: it applies only "
+            f"with {enter.key} set, which turns the rule on"
+        ]
+    enter_value, leave_value = values[enter.key], values[leave.key]
+    if enter_value is None or (leave_value is None and leave.key in conf):
+        return None, []
+    leave_value = half(enter_value) if leave_value is None else leave_value
+    if leave_value > enter_value:
+        return None, [
+            f"{leave.key} = {_shown(leave.key, conf[leave.key])} is invalid: it must be at most "
+            f"{enter.key} ({show(enter_value)}), since lag leaves backlog at or below it"
+        ]
+    return Thresholds(enter=enter_value, leave=leave_value), []

@@ -257,8 +257,8 @@ def test_the_cluster_kill_command_names_the_application_from_the_log(monkeypatch
 
 
 def test_a_templated_job_name_is_checked_once_rendered(local_spark):
-    with pytest.raises(ValueError, match=r"spark.backlog.job-name = 'no spaces' is invalid"):
-        hook(job_name="no spaces")
+    with pytest.raises(ValueError, match=r"spark.backlog.job-name = 'two\\nlines' is invalid"):
+        hook(job_name="two\nlines")
 
 
 def test_ending_a_driver_ends_its_whole_tree_even_what_ignores_sigterm(tmp_path):

@@ -106,8 +106,8 @@ def test_backlog_interval_shorter_than_interval_is_refused_with_flinks_reason():
         ("checkpointing.max-batch-rows", "0", "expected a whole number above 0"),
         ("checkpointing.max-batch-rows", "1e6", "expected a whole number above 0"),
         ("checkpointing.max-batch-rows", "lots", "expected a whole number above 0"),
-        ("job-name", "my job", "expected 1-200 characters"),
-        ("job-name", "-leading-dash", "expected 1-200 characters"),
+        ("job-name", "two\nlines", "expected 1-200 characters, all printable"),
+        ("job-name", "   ", "expected 1-200 characters, all printable"),
         ("run-id", "x" * 201, "expected 1-200 characters"),
         ("metrics.url", "mysql://db/metrics", "expected an SQLAlchemy URL"),
         ("metrics.url", "/tmp/metrics.db", "expected an SQLAlchemy URL"),
@@ -131,8 +131,18 @@ def test_each_invalid_value_is_named_with_what_is_allowed(key, value, expected):
 @pytest.mark.parametrize(
     ("rule", "enter", "leave", "expected"),
     [
-        ("offsets", "1000", "-1", "expected 0 or a whole number above 0"),
-        ("offsets", "1000", "1.5", "expected 0 or a whole number above 0"),
+        (
+            "offsets",
+            "1000",
+            "-1",
+            "expected 0 or a whole number above 0, at most 1_000_000_000_000",
+        ),
+        (
+            "offsets",
+            "1000",
+            "1.5",
+            "expected 0 or a whole number above 0, at most 1_000_000_000_000",
+        ),
         (
             "watermark",
             "1h",
@@ -297,3 +307,164 @@ def test_a_running_job_takes_new_intervals_validated_as_at_startup():
         "only spark.backlog.checkpointing.interval, "
         "spark.backlog.checkpointing.interval-during-backlog can"
     ]
+
+
+@pytest.mark.parametrize(
+    ("key", "highest", "too_high", "expected"),
+    [
+        ("checkpointing.interval", "1d", "25h", "must be at least 1ms and at most 1d"),
+        ("checkpointing.interval", "1d", "9" * 400 + "s", "must be at least 1ms and at most 1d"),
+        ("checkpointing.interval-during-backlog", "1d", "2d", "must be at most 1d"),
+        ("checkpointing.min-pause", "24h", "1441min", "must be at most 1d"),
+        ("lag.watermark.enter-threshold", "30d", "31d", "must be at least 1ms and at most 30d"),
+        ("lag.min-dwell", "1d", "1.5d", "must be at most 1d"),
+        ("lease.ttl", "1d", "7d", "must be at least 3s and at most 1d"),
+        ("metrics.retention", "366d", "367d", "must be at least 1h and at most 366d"),
+        (
+            "checkpointing.max-batch-rows",
+            "1_000_000_000_000",
+            "1_000_000_000_001",
+            "expected a whole number above 0, at most 1_000_000_000_000",
+        ),
+        (
+            "file-source.pending-files-threshold",
+            "1000000000000",
+            "9" * 5000,
+            "expected a whole number above 0, at most 1_000_000_000_000",
+        ),
+        (
+            "lag.offsets.enter-threshold",
+            "1_000_000_000_000",
+            "10_000_000_000_000",
+            "expected a whole number above 0, at most 1_000_000_000_000",
+        ),
+    ],
+)
+def test_every_duration_and_count_has_an_upper_bound(key, highest, too_high, expected):
+    parse(**{key.replace("-", "_"): highest})  # the bound itself is allowed
+    [problem] = problems({f"spark.backlog.{key}": too_high})
+    assert problem.startswith(f"spark.backlog.{key} = {too_high!r} is invalid: {expected}")
+
+
+def test_a_watermark_leave_threshold_has_the_enter_thresholds_bound():
+    [problem] = problems(
+        {f"{LAG}watermark.enter-threshold": "30d", f"{LAG}watermark.leave-threshold": "31d"}
+    )
+    assert problem == f"{LAG}watermark.leave-threshold = '31d' is invalid: must be at most 30d"
+
+
+def test_a_running_job_cannot_be_stalled_by_an_endless_interval():
+    conf = {**BASE, "spark.backlog.run-id": "r1"}
+    endless = "9" * 400 + "s"
+    with pytest.raises(ConfigError) as raised:
+        reconfigured(
+            parse(), conf, {"spark.backlog.checkpointing.interval-during-backlog": endless}
+        )
+    assert raised.value.problems == [
+        f"spark.backlog.checkpointing.interval-during-backlog = {endless!r} is invalid: "
+        "must be at most 1d"
+    ]
+
+
+def test_a_key_in_another_case_is_refused_naming_the_key_it_meant():
+    [problem] = problems({"spark.Backlog.checkpointing.Interval": "5s"})
+    assert problem.startswith(
+        "spark.Backlog.checkpointing.Interval = '5s' is not a known setting; keys are "
+        "case-sensitive: did you mean spark.backlog.checkpointing.interval? known: "
+        "spark.backlog.checkpointing.interval, "
+    )
+
+
+def test_a_misspelled_key_is_refused_with_the_closest_known_key():
+    [problem] = problems({"spark.backlog.lag.watermark.enter-treshold": "5min"})
+    assert problem.startswith(
+        "spark.backlog.lag.watermark.enter-treshold = '5min' is not a known setting; "
+        "did you mean spark.backlog.lag.watermark.enter-threshold? known: "
+    )
+    [unlike_any] = problems({"SPARK.BACKLOG.nonsense": "1"})
+    assert unlike_any.startswith("SPARK.BACKLOG.nonsense = '1' is not a known setting; known: ")
+
+
+def test_a_running_job_refuses_an_unknown_key_as_unknown():
+    conf = {**BASE, "spark.backlog.run-id": "r1"}
+    with pytest.raises(ConfigError) as raised:
+        reconfigured(parse(), conf, {"spark.backlog.checkpointing.Interval": "5s"})
+    [problem] = raised.value.problems
+    assert problem.startswith(
+        "spark.backlog.checkpointing.Interval = '5s' is not a known setting; keys are "
+        "case-sensitive: did you mean spark.backlog.checkpointing.interval? "
+    )
+
+
+@pytest.mark.parametrize(
+    "name", ["My Streaming Job", " padded ", "-leading-dash", "Aufträge → täglich", "n" * 200]
+)
+def test_any_printable_name_is_kept_verbatim(name):
+    assert BacklogConfig.from_spark_conf({}, app_name=name).job_name == name
+    config = BacklogConfig.from_spark_conf({**BASE, "spark.backlog.run-id": name})
+    assert config.run_id == name
+    assert config.describe().startswith(f"job=orders run={name} ")
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [
+        ("two\nlines", r"it contains '\n' (U+000A)"),
+        ("tab\there", r"it contains '\t' (U+0009)"),
+        ("bell\x07", r"it contains '\x07' (U+0007)"),
+        ("", "it is blank"),
+        ("n" * 201, "it has 201"),
+    ],
+)
+def test_a_name_with_control_characters_or_none_at_all_is_refused(name, reason):
+    [problem] = problems({"spark.backlog.run-id": name})
+    assert problem == (
+        f"spark.backlog.run-id = {name!r} is invalid: expected 1-200 characters, all printable "
+        f"(no control characters such as newline or tab); {reason}"
+    )
+
+
+def test_an_app_name_used_as_the_job_name_is_named_as_such_when_refused():
+    with pytest.raises(ConfigError) as raised:
+        BacklogConfig.from_spark_conf({}, app_name="nightly\r\n")
+    assert raised.value.problems == [
+        "spark.backlog.job-name (unset, so spark.app.name) = 'nightly\\r\\n' is invalid: "
+        "expected 1-200 characters, all printable (no control characters such as newline or "
+        "tab); it contains '\\r' (U+000D)"
+    ]
+
+
+def test_a_bad_metrics_url_is_named_without_its_password():
+    with pytest.raises(ConfigError) as raised:
+        BacklogConfig.from_spark_conf(
+            {**BASE, "spark.backlog.metrics.url": "mysql://metrics:s3cr3t-pw@db:3306/metrics"}
+        )
+    assert raised.value.problems == [
+        "spark.backlog.metrics.url = 'mysql://metrics:*****@db:3306/metrics' is invalid: "
+        "expected an SQLAlchemy URL: sqlite:///relative.db, sqlite:////absolute/path.db or "
+        "postgresql://user@host:5432/database (a password goes after the user, user:password@)"
+    ]
+    assert "s3cr3t-pw" not in str(raised.value)
+
+
+def test_an_unknown_secret_looking_key_is_named_without_its_value():
+    [problem] = problems({"spark.backlog.metrics.password": "s3cr3t-pw"})
+    assert problem.startswith("spark.backlog.metrics.password = ***** is not a known setting")
+    assert "s3cr3t" not in problem
+
+
+def test_a_restart_only_key_sent_to_a_running_job_is_named_without_its_password():
+    conf = {**BASE, "spark.backlog.run-id": "r1"}
+    with pytest.raises(ConfigError) as raised:
+        reconfigured(parse(), conf, {"spark.backlog.metrics.url": "postgresql://u:s3cr3t@h/db"})
+    assert raised.value.problems == [
+        "spark.backlog.metrics.url = 'postgresql://u:*****@h/db' cannot change while the job "
+        "runs; only spark.backlog.checkpointing.interval, "
+        "spark.backlog.checkpointing.interval-during-backlog can"
+    ]
+
+
+def test_a_config_error_hides_passwords_whoever_words_it():
+    error = ConfigError(['the request is not JSON: \'{"url": "postgresql://u:s3cr3t@h/db"\''])
+    assert "s3cr3t" not in str(error)
+    assert error.problems == ['the request is not JSON: \'{"url": "postgresql://u:*****@h/db"\'']

@@ -64,3 +64,48 @@ def test_counts_must_be_whole_and_above_zero(text):
 def test_processing_time_is_in_milliseconds():
     assert processing_time(0.05) == "50 milliseconds"
     assert processing_time(30) == "30000 milliseconds"
+
+
+@pytest.mark.parametrize("text", ["9" * 400 + "s", "9" * 308 + "d"])
+def test_a_duration_too_large_for_a_float_is_refused_rather_than_endless(text):
+    with pytest.raises(ValueError) as error:
+        parse_duration(text)
+    assert str(error.value) == (
+        "the number is too large; expected a number with a unit, such as 500ms, 30s, 30min, "
+        "1h or 1d (or 0)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("2ms", "must be at least 3ms and at most 1d"),
+        ("25h", "must be at least 3ms and at most 1d"),
+        ("9" * 400 + "s", "must be at least 3ms and at most 1d"),
+    ],
+)
+def test_a_bounded_duration_names_its_bounds(text, message):
+    assert parse_duration("3ms", minimum_s=0.003, maximum_s=86400) == 0.003
+    assert parse_duration("24h", minimum_s=0.003, maximum_s=86400) == 86400
+    with pytest.raises(ValueError) as error:
+        parse_duration(text, minimum_s=0.003, maximum_s=86400)
+    assert str(error.value) == message
+
+
+@pytest.mark.parametrize(("text", "digits"), [("²", None), ("٣", None), ("9" * 5000, 5000)])
+def test_counts_are_ascii_digits_that_int_can_read(text, digits):
+    with pytest.raises(ValueError) as error:
+        parse_count(text)
+    too_many = f"; {digits} digits are too many" if digits else ""
+    assert str(error.value) == f"expected a whole number above 0{too_many}"
+
+
+def test_a_bounded_count_names_its_bounds():
+    assert parse_count("0", zero_allowed=True, maximum=10) == 0
+    assert parse_count("1_0", maximum=10) == 10
+    with pytest.raises(ValueError) as error:
+        parse_count("11", zero_allowed=True, maximum=10)
+    assert str(error.value) == "expected 0 or a whole number above 0, at most 10"
+    with pytest.raises(ValueError) as error:
+        parse_count("0", maximum=10_000)
+    assert str(error.value) == "expected a whole number above 0, at most 10_000"
