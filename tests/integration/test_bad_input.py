@@ -57,4 +57,6 @@ def test_a_malformed_file_is_named_and_after_repair_nothing_is_lost_or_doubled(t
     job = console_job(dirs, conf, "--stop-when-idle", "2s", "--timeout", "120s")
     finish(job, 180)
     assert sum(r["num_input_rows"] for r in checkpoints(dirs)) == 5080
-    assert_exactly_once(dirs, window_s=10)
+    # The live phase is two small files: no later batch records the watermark they moved,
+    # so the comparison covers the history and stops short of them.
+    assert_exactly_once(dirs, window_s=10, watermark_reaches_the_end=False)
