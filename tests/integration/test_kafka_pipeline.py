@@ -117,7 +117,9 @@ def test_a_burst_makes_the_job_reenter_backlog_and_recover(tmp_path, broker):
     reentry = transitions(dirs)[-2]["at"]
     after = [r for r in checkpoints(dirs) if r["committed_at"] > reentry]
     assert any(r["is_backlog"] for r in after) and not after[-1]["is_backlog"]
-    assert_exactly_once(dirs, window_s=10)
+    # The burst's 40,000 events share one instant near the end: the final watermark has
+    # not closed their window, so about a third of the events are compared.
+    assert_exactly_once(dirs, window_s=10, compared_at_least=0.3)
 
 
 def test_an_offset_out_of_range_fails_the_job_naming_it(tmp_path, broker):
