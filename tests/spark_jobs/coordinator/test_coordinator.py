@@ -203,18 +203,9 @@ def transitions(engine) -> list[tuple[object, bool, str]]:
 
 def test_offset_lag_holds_a_live_phase_in_backlog_and_brings_the_job_back_after_a_burst(make_parts):
     coordinator, _, writer, engine, clock = make_parts({**CONF, **OFFSET_LAG})
-    batches = [
-        BatchProgress.from_json(recorded("hybrid_backlog")),
-        # the handoff to the live child while far behind it: still in backlog
-        behind("hybrid_handoff", 5000),
-        # between the leave and enter thresholds: still in backlog
-        behind("hybrid_live", 500),
-        behind("hybrid_live", 50, batchId=4, timestamp="2026-11-21T11:50:13.300Z"),
-        # a burst: back to backlog, then caught up again
-        behind("hybrid_live", 2000, batchId=5, timestamp="2026-11-21T11:50:15.500Z"),
-        behind("hybrid_live", 999, batchId=6, timestamp="2026-11-21T11:50:17.700Z"),
-        behind("hybrid_live", 0, batchId=7, timestamp="2026-11-21T11:50:19.900Z"),
-    ]
+    # History; the handoff to the live child while far behind it and between the
+    # thresholds: still in backlog; caught up; a burst: back to backlog; caught up again.
+    batches = burst_batches()
     decisions = []
     for batch in batches:
         clock.now = batch.committed_at.timestamp()
