@@ -1,4 +1,3 @@
-import glob
 import os
 import subprocess
 import sys
@@ -9,6 +8,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from spark_jobs.demo.chaos import faketime_library
 from spark_jobs.metrics.lease import (
     FENCE_MARGIN,
     LeaseHeld,
@@ -96,16 +96,17 @@ def test_acquiring_waits_out_a_lease_that_is_no_longer_renewed(backend):
         store.close()
 
 
-def faketime_library() -> str:
-    found = glob.glob("/usr/lib/*/faketime/libfaketime.so.1")
-    if not found:
+def faketime() -> str:
+    library = faketime_library()
+    if library is None:
         missing("libfaketime is missing (scripts/install-test-tools installs it)")
-    return found[0]
+    return library
 
 
 TAKE_IN_A_SKEWED_PROCESS = """
 import sys
 from datetime import UTC, datetime
+from spark_jobs.demo.chaos import faketime_library
 from spark_jobs.metrics.lease import LeaseHeld, LeaseStore
 print("local clock", datetime.now(UTC).isoformat(), file=sys.stderr)
 try:
@@ -128,7 +129,7 @@ def test_a_driver_whose_clock_runs_ahead_cannot_take_a_renewed_lease(postgres_se
         store.acquire("events", CHECKPOINT, "run-1", 3)
         env = {
             **os.environ,
-            "LD_PRELOAD": faketime_library(),
+            "LD_PRELOAD": faketime(),
             "FAKETIME": "+40s",
             "FAKETIME_DONT_FAKE_MONOTONIC": "1",
         }
