@@ -82,12 +82,18 @@ def test_killed_in_each_phase_then_exactly_once(tmp_path, broker):
 
     rows = checkpoints(dirs)
     assert len({r["run_id"] for r in rows}) == 4
-    # The first run records the job's first status; the restarts continue it, so the only
-    # change after that is the switch to live, whichever run made it.
-    assert [(t["is_backlog"], t["reason"]) for t in transitions(dirs)] == [
+    # The first run records the job's first status; the restarts continue it, so the next
+    # change is the switch to live, whichever run made it. The topic piles up while a
+    # killed run restarts: the job may re-enter backlog by its lag then, and leave it again.
+    reasons = [(t["is_backlog"], t["reason"]) for t in transitions(dirs)]
+    assert reasons[:2] == [
         (True, "hybrid-phase: events is in backlog (history)"),
         (False, "offset-lag: events is live (kafka)"),
     ]
+    assert reasons[2:] == [
+        (True, "offset-lag: events is in backlog (kafka)"),
+        (False, "offset-lag: events is live (kafka)"),
+    ] * (len(reasons[2:]) // 2)
     assert_exactly_once(dirs, window_s=10)
 
 
