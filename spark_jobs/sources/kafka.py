@@ -521,6 +521,7 @@ class KafkaRangePartition(ReadablePartition):
                 continue
             deadline = time.monotonic() + READ_TIMEOUT_S
             wanted = []
+            reached_stop = False
             for message in messages:
                 error = message.error()
                 if error is not None:
@@ -531,13 +532,14 @@ class KafkaRangePartition(ReadablePartition):
                     logger.warning("%s: %s; retrying", self.describe(), error.str())
                     continue
                 if message.offset() >= self.stop:
+                    reached_stop = True
                     break
                 wanted.append(message)
                 next_offset = message.offset() + 1
             if wanted:
                 yield wanted
-            if len(wanted) < len(messages):
-                return
+            if reached_stop:
+                return  # only a record at or past the stop ends the range early
 
     def _explain(self, error: KafkaError, offset: int) -> str:
         if error.code() in OFFSET_ERRORS:

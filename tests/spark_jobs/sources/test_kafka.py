@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from spark_jobs.demo.broker import EmbeddedBroker
@@ -509,6 +509,43 @@ def test_a_short_range_is_read_without_waiting_for_a_full_fetch(broker, monkeypa
     ids = [row["event_id"] for batch in piece.read(JSON_SCHEMA) for row in batch.to_pylist()]
     assert ids == [1, 2, 3]
     assert time.monotonic() - began < 15.0
+
+
+class _InjectedError:
+    """A consumed "message" that is a non-fatal client error, as librdkafka hands them out
+    among records while a broker restarts."""
+
+    def error(self) -> KafkaError:
+        return KafkaError(KafkaError._TRANSPORT, "injected: broker transport failure")
+
+
+class _ConsumerWithAnError:
+    """A real consumer whose first non-empty ``consume`` also returns one client error."""
+
+    def __init__(self, config: dict):
+        self._consumer = Consumer(config)
+        self._injected = False
+
+    def consume(self, count: int, timeout: float) -> list:
+        messages = self._consumer.consume(count, timeout=timeout)
+        if messages and not self._injected:
+            self._injected = True
+            return [messages[0], _InjectedError(), *messages[1:]]
+        return messages
+
+    def __getattr__(self, name: str):
+        return getattr(self._consumer, name)
+
+
+def test_a_client_error_among_records_does_not_end_the_range_early(broker, monkeypatch):
+    # The error made the batch shorter than what was consumed, which ended the read there,
+    # and Spark committed the planned end: the rest of the range was lost without a word.
+    monkeypatch.setattr(kafka, "RECORDS_PER_ARROW_BATCH", 4)
+    monkeypatch.setattr(kafka, "Consumer", _ConsumerWithAnError)
+    produce_events(broker, 1, 0, 10)
+    piece = KafkaRangePartition(broker, {}, EVENTS, 1, 0, 10, "json")
+    ids = [row["event_id"] for batch in piece.read(JSON_SCHEMA) for row in batch.to_pylist()]
+    assert ids == list(range(10))
 
 
 def test_records_that_never_arrive_fail_the_read_naming_the_offset(broker, monkeypatch):
