@@ -9,6 +9,11 @@ create topics over the protocol, so they are created when it starts.
 
     backlog-broker --topic events:8 --ready-file /tmp/broker.json   # until SIGTERM/Ctrl-C
 
+Faults are injected for real through the mock cluster's own controls: a broker taken
+down (its connections closed and refused) and brought up, a partition's leader moved to
+another broker, requests answered with errors. ``EmbeddedBroker`` sends them to its child
+over stdin (``--control-stdin``), one JSON object per line.
+
 Production jobs point the Kafka source at their cluster's bootstrap servers instead.
 """
 
@@ -32,6 +37,8 @@ import confluent_kafka
 from spark_jobs.backlog.values import count_argument
 
 _RD_KAFKA_PRODUCER = 0
+#: Kafka protocol request types, for ``fail_requests``.
+FETCH, LIST_OFFSETS, METADATA = 1, 2, 3
 
 
 class BrokerError(RuntimeError):
@@ -62,6 +69,17 @@ def _librdkafka() -> ctypes.CDLL:
     lib.rd_kafka_mock_topic_create.restype = ctypes.c_int
     lib.rd_kafka_mock_topic_create.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
     lib.rd_kafka_mock_topic_create.argtypes += [ctypes.c_int, ctypes.c_int]
+    for switch in (lib.rd_kafka_mock_broker_set_down, lib.rd_kafka_mock_broker_set_up):
+        switch.restype = ctypes.c_int
+        switch.argtypes = [ctypes.c_void_p, ctypes.c_int32]
+    lib.rd_kafka_mock_partition_set_leader.restype = ctypes.c_int
+    lib.rd_kafka_mock_partition_set_leader.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+    lib.rd_kafka_mock_partition_set_leader.argtypes += [ctypes.c_int32, ctypes.c_int32]
+    lib.rd_kafka_mock_push_request_errors_array.argtypes = [ctypes.c_void_p, ctypes.c_int16]
+    lib.rd_kafka_mock_push_request_errors_array.argtypes += [
+        ctypes.c_size_t,
+        ctypes.POINTER(ctypes.c_int),
+    ]
     return lib
 
 
@@ -69,6 +87,7 @@ class MockCluster:
     """The cluster inside this process; it lives as long as the object is not closed."""
 
     def __init__(self, topics: dict[str, int], brokers: int = 1):
+        self.brokers = brokers
         self._lib = _librdkafka()
         error = ctypes.create_string_buffer(512)
         conf = self._lib.rd_kafka_conf_new()
@@ -87,6 +106,32 @@ class MockCluster:
             )
             if code != 0:
                 raise BrokerError(f"could not create topic {topic!r} ({partitions} partitions)")
+
+    # --- faults (broker ids are 1..brokers) ---------------------------------------------
+
+    def take_down(self, broker: int) -> None:
+        """Close the broker's connections and refuse new ones, keeping its data."""
+        self._check(self._lib.rd_kafka_mock_broker_set_down(self._cluster, broker), broker)
+
+    def bring_up(self, broker: int) -> None:
+        self._check(self._lib.rd_kafka_mock_broker_set_up(self._cluster, broker), broker)
+
+    def move_leader(self, topic: str, partition: int, broker: int) -> None:
+        code = self._lib.rd_kafka_mock_partition_set_leader(
+            self._cluster, topic.encode(), partition, broker
+        )
+        self._check(code, f"{broker} for {topic}/{partition}")
+
+    def fail_requests(self, api_key: int, errors: Sequence[int]) -> None:
+        """Answer the next ``len(errors)`` requests of this type with these error codes."""
+        codes = (ctypes.c_int * len(errors))(*errors)
+        self._lib.rd_kafka_mock_push_request_errors_array(
+            self._cluster, api_key, len(errors), codes
+        )
+
+    def _check(self, code: int, target: object) -> None:
+        if code != 0:
+            raise BrokerError(f"the mock cluster refused the fault for broker {target} ({code})")
 
     def close(self) -> None:
         if self._cluster:
@@ -107,6 +152,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--topic", type=_topic, action="append", required=True)
     parser.add_argument("--brokers", type=count_argument, default=1)
     parser.add_argument("--ready-file", type=Path, help="where to write the bootstrap servers")
+    parser.add_argument(
+        "--control-stdin",
+        action="store_true",
+        help="take faults as JSON lines on stdin, answer each on stdout; end at its end",
+    )
     args = parser.parse_args(argv)
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -124,18 +174,46 @@ def main(argv: Sequence[str] | None = None) -> int:
             temporary.replace(args.ready_file)
         print(f"backlog-broker: serving {dict(args.topic)} at {cluster.bootstrap_servers}")
         sys.stdout.flush()
+        if args.control_stdin:
+            threading.Thread(target=_serve_faults, args=(cluster, stop), daemon=True).start()
         stop.wait()
     finally:
         cluster.close()
     return 0
 
 
+def _serve_faults(cluster: MockCluster, stop: threading.Event) -> None:
+    """Apply each fault read from stdin and answer it; the parent gone ends the broker."""
+    actions = {
+        "take_down": cluster.take_down,
+        "bring_up": cluster.bring_up,
+        "move_leader": cluster.move_leader,
+        "fail_requests": cluster.fail_requests,
+    }
+    for line in sys.stdin:
+        try:
+            request = json.loads(line)
+            actions[request.pop("fault")](**request)
+            answer: dict[str, object] = {"ok": True}
+        except (BrokerError, KeyError, TypeError, ValueError) as error:
+            answer = {"error": f"{type(error).__name__}: {error}"}
+        print(json.dumps(answer), flush=True)
+    stop.set()
+
+
 class EmbeddedBroker:
     """Runs ``backlog-broker`` in a child process: ``with EmbeddedBroker(...) as broker:``."""
 
-    def __init__(self, workdir: Path, topics: dict[str, int], start_timeout_s: float = 30.0):
+    def __init__(
+        self,
+        workdir: Path,
+        topics: dict[str, int],
+        start_timeout_s: float = 30.0,
+        brokers: int = 1,
+    ):
         self._ready = workdir / "broker.json"
         self._topics = topics
+        self.brokers = brokers
         self._timeout_s = start_timeout_s
         self._process: subprocess.Popen[bytes] | None = None
         self.bootstrap_servers = ""
@@ -145,8 +223,11 @@ class EmbeddedBroker:
         self._ready.unlink(missing_ok=True)
         command = [sys.executable, "-m", "spark_jobs.demo.broker"]
         command += [arg for t, n in self._topics.items() for arg in ("--topic", f"{t}:{n}")]
-        command += ["--ready-file", str(self._ready)]
-        self._process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
+        command += ["--brokers", str(self.brokers), "--ready-file", str(self._ready)]
+        command += ["--control-stdin"]
+        self._process = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
         deadline = time.monotonic() + self._timeout_s
         while not self._ready.exists():
             if self._process.poll() is not None or time.monotonic() > deadline:
@@ -156,8 +237,40 @@ class EmbeddedBroker:
         self.bootstrap_servers = json.loads(self._ready.read_text())["bootstrap_servers"]
         return self
 
+    # --- faults, applied by the broker process ----------------------------------------------
+
+    def take_down(self, broker: int | None = None) -> None:
+        """Take one broker down, or every one: clients then cannot reach the cluster."""
+        for each in [broker] if broker else range(1, self.brokers + 1):
+            self._fault("take_down", broker=each)
+
+    def bring_up(self, broker: int | None = None) -> None:
+        for each in [broker] if broker else range(1, self.brokers + 1):
+            self._fault("bring_up", broker=each)
+
+    def move_leader(self, topic: str, partition: int, broker: int) -> None:
+        self._fault("move_leader", topic=topic, partition=partition, broker=broker)
+
+    def fail_requests(self, api_key: int, errors: Sequence[int]) -> None:
+        self._fault("fail_requests", api_key=api_key, errors=list(errors))
+
+    def _fault(self, fault: str, **arguments: object) -> None:
+        process = self._process
+        if process is None or process.stdin is None or process.stdout is None:
+            raise BrokerError(f"cannot inject {fault}: the embedded broker is not running")
+        process.stdin.write(json.dumps({"fault": fault, **arguments}) + "\n")
+        process.stdin.flush()
+        line = process.stdout.readline()
+        while line and not line.startswith("{"):  # the serving line
+            line = process.stdout.readline()
+        answer = json.loads(line) if line else {"error": "the broker process ended"}
+        if "error" in answer:
+            raise BrokerError(f"{fault} {arguments}: {answer['error']}")
+
     def stop(self) -> None:
         if self._process is not None and self._process.poll() is None:
+            assert self._process.stdin is not None
+            self._process.stdin.close()
             self._process.terminate()
             try:
                 self._process.wait(timeout=10)

@@ -7,9 +7,10 @@ import time
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from spark_jobs.demo.broker import BrokerError, EmbeddedBroker, MockCluster, main
+from spark_jobs.demo.broker import LIST_OFFSETS, BrokerError, EmbeddedBroker, MockCluster, main
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -130,3 +131,66 @@ def test_the_mock_cluster_runs_in_process_and_closes_once():
         cluster.close()
     assert not accepts_connections(cluster.bootstrap_servers)
     cluster.close()
+
+
+# --- faults ----------------------------------------------------------------------------------
+
+
+def leaders(servers: str, topic: str) -> dict[int, int]:
+    metadata = AdminClient({"bootstrap.servers": servers}).list_topics(topic, timeout=10)
+    return {p: described.leader for p, described in metadata.topics[topic].partitions.items()}
+
+
+def offsets(servers: str, topic: str, partition: int) -> tuple[int, int]:
+    consumer = Consumer({"bootstrap.servers": servers, "group.id": "faults", "log_level": 0})
+    try:
+        return consumer.get_watermark_offsets(
+            TopicPartition(topic, partition), timeout=10, cached=False
+        )
+    finally:
+        consumer.close()
+
+
+def test_a_cluster_taken_down_refuses_connections_and_comes_back_with_its_records(tmp_path):
+    with EmbeddedBroker(tmp_path, {"events": 2}, brokers=3) as broker:
+        producer = Producer({"bootstrap.servers": broker.bootstrap_servers})
+        for i in range(10):
+            producer.produce("events", b"%d" % i, partition=i % 2)
+        assert producer.flush(10) == 0
+        broker.take_down()
+        assert not any(
+            accepts_connections(server) for server in broker.bootstrap_servers.split(",")
+        )
+        broker.bring_up()
+        assert all(accepts_connections(server) for server in broker.bootstrap_servers.split(","))
+        assert offsets(broker.bootstrap_servers, "events", 1) == (0, 5)
+
+
+def test_a_moved_leader_is_what_clients_are_told(tmp_path):
+    with EmbeddedBroker(tmp_path, {"events": 2}, brokers=3) as broker:
+        before = leaders(broker.bootstrap_servers, "events")
+        target = next(b for b in (1, 2, 3) if b != before[0])
+        broker.move_leader("events", 0, target)
+        assert leaders(broker.bootstrap_servers, "events") == {**before, 0: target}
+
+
+def test_pushed_request_errors_answer_the_next_requests(tmp_path):
+    with EmbeddedBroker(tmp_path, {"events": 1}) as broker:
+        # Each lookup sends two requests, not always both of them to the cluster queue.
+        broker.fail_requests(LIST_OFFSETS, [KafkaError.TOPIC_AUTHORIZATION_FAILED] * 4)
+        answers = []
+        while len(answers) < 8 and answers[-1:] != [(0, 0)]:
+            try:
+                answers.append(offsets(broker.bootstrap_servers, "events", 0))
+            except KafkaException as error:
+                answers.append(error.args[0].name())
+        assert answers[0] == "TOPIC_AUTHORIZATION_FAILED"
+        assert answers[-1] == (0, 0)
+
+
+def test_a_fault_the_cluster_cannot_apply_is_refused_by_name(tmp_path):
+    with EmbeddedBroker(tmp_path, {"events": 1}) as broker:
+        with pytest.raises(BrokerError, match=r"take_down \{'broker': 7\}: .*broker 7"):
+            broker.take_down(7)
+        broker.take_down()  # the broker process still serves faults after a refusal
+        broker.bring_up()
