@@ -7,7 +7,9 @@ offsets; executors read one partition's offset range each, as Arrow record batch
 
 Records that were deleted by retention before they were read, or an offset beyond the
 end of its partition, fail the batch with the topic, partition and offsets named: a
-checkpoint never moves past records that were not read.
+checkpoint never moves past records that were not read. Brokers that do not answer (a
+restart, a moved leader, a network cut) are ridden out for ``outageTimeout``: planning
+plans no batch meanwhile and reads wait, then the query fails naming the brokers.
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ import pyarrow as pa
 import pyarrow.json as pa_json
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+from spark_jobs.backlog.outage import Outage
+from spark_jobs.backlog.secrets import redacted_repr
+from spark_jobs.backlog.values import format_duration, parse_duration
 from spark_jobs.sources.children import (
     ChildSource,
     ChildSpecError,
@@ -35,7 +40,7 @@ from spark_jobs.sources.children import (
     SourceContext,
     spec_field,
 )
-from spark_jobs.sources.files import StateDirectory, resolve_uri
+from spark_jobs.sources.storage import StateDirectory, resolve_uri
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +72,10 @@ RESERVED_PROPERTIES = (
 )
 #: Spark's convention inside explicit starting offsets.
 EARLIEST, LATEST = -2, -1
-METADATA_TIMEOUT_S = 30.0
+#: How long one metadata request waits; an outage is ridden out over many of them.
+METADATA_TIMEOUT_S = 10.0
+DEFAULT_OUTAGE_TIMEOUT = "2min"
+MAX_OUTAGE_TIMEOUT_S = 7 * 86_400.0
 #: How long a read waits for records the planner saw before it fails.
 READ_TIMEOUT_S = 60.0
 POLL_TIMEOUT_S = 1.0
@@ -80,6 +88,10 @@ OFFSET_ERRORS = (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE)
 class KafkaReadError(RuntimeError):
     """Records that cannot be read as planned (deleted by retention, out of range, not
     decodable): the message names topic, partition and offsets."""
+
+
+class BrokersUnreachable(KafkaReadError):
+    """The brokers did not answer a metadata request: worth waiting for, for a while."""
 
 
 def partition_key(topic: str, partition: int) -> str:
@@ -112,7 +124,7 @@ def partition_bounds(
     else:
         problem = f"no answer within {METADATA_TIMEOUT_S:.0f} s"
     if bounds is None:
-        raise KafkaReadError(
+        raise BrokersUnreachable(
             f"topic {topic!r} partition {partition}: cannot read its offsets from {servers}: "
             f"{problem}"
         )
@@ -192,6 +204,7 @@ class KafkaChild(ChildSource):
         state: StateDirectory | None,
         schema: pa.Schema,
         rows_per_partition: int,
+        outage_timeout_s: float,
     ):
         super().__init__(name)
         self.bootstrap_servers = bootstrap_servers
@@ -202,8 +215,11 @@ class KafkaChild(ChildSource):
         self.state = state
         self.schema = schema
         self.rows_per_partition = rows_per_partition
+        self.outage_timeout_s = outage_timeout_s
         self._consumer: Consumer | None = None
         self._resolved_start: Position | None = None
+        self._outage = Outage(outage_timeout_s)
+        self._last_lag: Mapping[str, Any] = {}
         _check_schema(name, schema, value_format)
 
     def close(self) -> None:
@@ -235,8 +251,8 @@ class KafkaChild(ChildSource):
         properties = spec_field(spec, "properties", dict, {})
         if not all(isinstance(v, str | int | float | bool) for v in properties.values()):
             raise ChildSpecError(
-                f"child source {name!r}: field 'properties' = {properties!r} must map "
-                "client property names to plain values"
+                f"child source {name!r}: field 'properties' = {redacted_repr(properties)} "
+                "must map client property names to plain values"
             )
         reserved = sorted(set(properties) & set(RESERVED_PROPERTIES))
         if reserved:
@@ -245,6 +261,13 @@ class KafkaChild(ChildSource):
                 "(it reads assigned offset ranges, commits nothing and never resets offsets)"
             )
         starting = parse_starting_offsets(name, spec.get("startingOffsets", "latest"), topics)
+        outage = spec_field(spec, "outageTimeout", str, DEFAULT_OUTAGE_TIMEOUT)
+        try:
+            outage_timeout_s = parse_duration(outage, maximum_s=MAX_OUTAGE_TIMEOUT_S)
+        except ValueError as error:
+            raise ChildSpecError(
+                f"child source {name!r}: field 'outageTimeout' = {outage!r}: {error}"
+            ) from None
         state = None
         if context.state_location:
             state = StateDirectory(f"{resolve_uri(context.state_location)}/{name}")
@@ -258,6 +281,7 @@ class KafkaChild(ChildSource):
             state=state,
             schema=context.schema,
             rows_per_partition=context.rows_per_partition,
+            outage_timeout_s=outage_timeout_s,
         )
         if state is None and not _all_explicit(starting):
             raise ChildSpecError(
@@ -282,11 +306,17 @@ class KafkaChild(ChildSource):
             try:
                 metadata = self.consumer.list_topics(topic, timeout=METADATA_TIMEOUT_S)
             except KafkaException as error:
-                raise KafkaReadError(
+                raise BrokersUnreachable(
                     f"child source {self.name!r}: no metadata for topic {topic!r} from "
                     f"{self.bootstrap_servers}: {error}"
                 ) from None
             described = metadata.topics.get(topic)
+            error = described.error if described is not None else None
+            if error is not None and error.retriable():  # a leader being elected
+                raise BrokersUnreachable(
+                    f"child source {self.name!r}: topic {topic!r} at "
+                    f"{self.bootstrap_servers}: {error}"
+                )
             if described is None or described.error is not None or not described.partitions:
                 problem = described.error if described is not None else "unknown topic"
                 raise KafkaReadError(
@@ -381,7 +411,17 @@ class KafkaChild(ChildSource):
         return ranges
 
     def plan(self, start: Position, limits: Limits) -> Planned:
-        ranges = self.ranges(start)
+        try:
+            ranges = self.ranges(start)
+        except BrokersUnreachable as error:
+            return self._ride_out(start, error)
+        lasted = self._outage.recovered()
+        if lasted is not None:
+            logger.warning(
+                "child source %r: the brokers answer again after %s",
+                self.name,
+                format_duration(lasted),
+            )
         takes = _share([0 if r.new else r.latest - r.start for r in ranges], limits.max_rows)
         end: Position = {}
         behind: dict[str, int] = {}
@@ -389,14 +429,29 @@ class KafkaChild(ChildSource):
             stop = piece.start + take
             end.setdefault(piece.topic, {})[str(piece.partition)] = stop
             behind[partition_key(piece.topic, piece.partition)] = piece.latest - stop
-        return Planned(
-            end,
-            {
-                "offsets_behind_latest": sum(behind.values()),
-                "max_offsets_behind_latest": max(behind.values(), default=0),
-                "partitions": behind,
-            },
-        )
+        self._last_lag = {
+            "offsets_behind_latest": sum(behind.values()),
+            "max_offsets_behind_latest": max(behind.values(), default=0),
+            "partitions": behind,
+        }
+        return Planned(end, self._last_lag)
+
+    def _ride_out(self, start: Position, error: BrokersUnreachable) -> Planned:
+        """No batch while the brokers do not answer, for ``outageTimeout``; then fail."""
+        if not self._outage.ongoing:
+            logger.warning(
+                "child source %r: %s; planning no batch until they answer (for up to %s)",
+                self.name,
+                error,
+                format_duration(self.outage_timeout_s),
+            )
+        if not self._outage.failed():
+            raise KafkaReadError(
+                f"child source {self.name!r}: the brokers at {self.bootstrap_servers} have "
+                f"not answered for {format_duration(self._outage.lasted_s)} (outageTimeout "
+                f"{format_duration(self.outage_timeout_s)}): {error}"
+            ) from None
+        return Planned(start, self._last_lag)
 
     def is_exhausted(self, position: Position) -> bool:
         return False
@@ -417,6 +472,7 @@ class KafkaChild(ChildSource):
                             offset,
                             until,
                             self.value_format,
+                            self.outage_timeout_s,
                         )
                     )
                     offset = until
@@ -473,6 +529,7 @@ class KafkaRangePartition(ReadablePartition):
         start: int,
         stop: int,
         value_format: str,
+        outage_timeout_s: float,
     ):
         self.bootstrap_servers = bootstrap_servers
         self.properties = dict(properties)
@@ -481,6 +538,7 @@ class KafkaRangePartition(ReadablePartition):
         self.start = start
         self.stop = stop
         self.value_format = value_format
+        self.outage_timeout_s = outage_timeout_s
 
     def describe(self) -> str:
         return f"topic {self.topic!r} partition {self.partition} offsets {self.start}..{self.stop}"
@@ -493,9 +551,22 @@ class KafkaRangePartition(ReadablePartition):
         finally:
             consumer.close()
 
+    def _low_watermark(self, consumer: Consumer) -> int:
+        """The partition's earliest offset, waiting out brokers that do not answer."""
+        outage = Outage(self.outage_timeout_s)
+        while True:
+            try:
+                return partition_bounds(
+                    consumer, self.topic, self.partition, self.bootstrap_servers
+                )[0]
+            except BrokersUnreachable:
+                if not outage.failed():
+                    raise
+                time.sleep(POLL_TIMEOUT_S)
+
     def _records(self, consumer: Consumer) -> Iterator[list[Any]]:
         partition = TopicPartition(self.topic, self.partition)
-        low, _ = partition_bounds(consumer, self.topic, self.partition, self.bootstrap_servers)
+        low = self._low_watermark(consumer)
         if low > self.start:
             raise KafkaReadError(
                 f"{self.describe()}: offsets {self.start}..{low - 1} were deleted (retention) "
@@ -503,7 +574,9 @@ class KafkaRangePartition(ReadablePartition):
             )
         consumer.assign([TopicPartition(self.topic, self.partition, self.start)])
         next_offset = self.start
-        deadline = time.monotonic() + READ_TIMEOUT_S
+        # Records the planner saw may take a broker outage to arrive.
+        patience_s = max(READ_TIMEOUT_S, self.outage_timeout_s)
+        deadline = time.monotonic() + patience_s
         while next_offset < self.stop:
             # consume() waits until it has as many records as asked or its timeout passes,
             # so ask for no more than the range holds.
@@ -516,10 +589,10 @@ class KafkaRangePartition(ReadablePartition):
                 if time.monotonic() > deadline:
                     raise KafkaReadError(
                         f"{self.describe()}: no records after offset {next_offset} within "
-                        f"{READ_TIMEOUT_S:.0f} s although the brokers reported them at planning"
+                        f"{format_duration(patience_s)} although the brokers reported them "
+                        "at planning"
                     )
                 continue
-            deadline = time.monotonic() + READ_TIMEOUT_S
             wanted = []
             reached_stop = False
             for message in messages:
@@ -537,6 +610,7 @@ class KafkaRangePartition(ReadablePartition):
                 wanted.append(message)
                 next_offset = message.offset() + 1
             if wanted:
+                deadline = time.monotonic() + patience_s
                 yield wanted
             if reached_stop:
                 return  # only a record at or past the stop ends the range early

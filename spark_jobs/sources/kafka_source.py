@@ -8,6 +8,7 @@ Options follow Spark's own Kafka source where they mean the same (keys are case-
 - ``maxOffsetsPerTrigger``: a static per-batch limit (one offset is one row);
 - ``valueFormat``: ``raw`` (the default; the columns of ``RAW_SCHEMA_DDL``) or ``json``
   (the schema's fields from the JSON value, record columns as ``kafka_<column>``);
+- ``outageTimeout``: how long unreachable brokers are ridden out (default ``2min``);
 - ``name``, ``stateLocation``, ``rowsPerPartition``, ``backlogChannel``: as for ``hybrid``.
 
 Offsets have the hybrid source's shape with one child, so the coordinator, the lag rules
@@ -24,12 +25,18 @@ from pyspark.sql.types import StructType
 from spark_jobs.backlog.values import parse_count
 from spark_jobs.sources.children import ChildSpecError
 from spark_jobs.sources.hybrid import HybridOptionError, HybridStreamReader
-from spark_jobs.sources.kafka import RAW_SCHEMA_DDL, KafkaChild
+from spark_jobs.sources.kafka import DEFAULT_OUTAGE_TIMEOUT, RAW_SCHEMA_DDL, KafkaChild
 
 CLIENT_PREFIX = "kafka."
 #: Options of the hybrid reader that pass through unchanged.
 READER_OPTIONS = ("name", "statelocation", "rowsperpartition", "backlogchannel")
-OWN_OPTIONS = ("subscribe", "startingoffsets", "valueformat", "maxoffsetspertrigger")
+OWN_OPTIONS = (
+    "subscribe",
+    "startingoffsets",
+    "valueformat",
+    "maxoffsetspertrigger",
+    "outagetimeout",
+)
 
 
 def child_spec(options: dict[str, str]) -> dict[str, object]:
@@ -45,7 +52,8 @@ def child_spec(options: dict[str, str]) -> dict[str, object]:
         raise HybridOptionError(
             f"options {unknown} are not supported by backlog_kafka; it takes "
             "kafka.bootstrap.servers, subscribe, startingOffsets, maxOffsetsPerTrigger, "
-            "valueFormat, name, stateLocation, rowsPerPartition and kafka.<client property>"
+            "valueFormat, outageTimeout, name, stateLocation, rowsPerPartition and "
+            "kafka.<client property>"
         )
     servers = options.get("kafka.bootstrap.servers")
     if not servers:
@@ -60,6 +68,7 @@ def child_spec(options: dict[str, str]) -> dict[str, object]:
         "topics": topics,
         "startingOffsets": options.get("startingoffsets", "latest"),
         "valueFormat": options.get("valueformat", "raw"),
+        "outageTimeout": options.get("outagetimeout", DEFAULT_OUTAGE_TIMEOUT),
         "properties": {
             key[len(CLIENT_PREFIX) :]: value
             for key, value in options.items()

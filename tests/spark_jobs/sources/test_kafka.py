@@ -4,6 +4,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from spark_jobs.demo.broker import EmbeddedBroker
+from spark_jobs.demo.broker import FETCH, LIST_OFFSETS, EmbeddedBroker
 from spark_jobs.sources import kafka
 from spark_jobs.sources.children import ChildSpecError, Limits, SourceContext
 from spark_jobs.sources.kafka import (
@@ -48,9 +49,14 @@ NO_EVENT = {"event_id": None, "account": None, "amount": None, "event_time": Non
 
 
 @pytest.fixture
-def broker(tmp_path):
+def embedded_broker(tmp_path):
     with EmbeddedBroker(tmp_path / "broker", {EVENTS: EVENT_PARTITIONS, SMALL: 1}) as running:
-        yield running.bootstrap_servers
+        yield running
+
+
+@pytest.fixture
+def broker(embedded_broker):
+    return embedded_broker.bootstrap_servers
 
 
 def produce(
@@ -504,7 +510,7 @@ def test_a_short_range_is_read_without_waiting_for_a_full_fetch(broker, monkeypa
     # Asking the client for more records than the range holds would wait out a poll.
     monkeypatch.setattr(kafka, "POLL_TIMEOUT_S", 30.0)
     produce_events(broker, 0, 0, 5)
-    piece = KafkaRangePartition(broker, {}, EVENTS, 0, 1, 4, "json")
+    piece = KafkaRangePartition(broker, {}, EVENTS, 0, 1, 4, "json", 0.0)
     began = time.monotonic()
     ids = [row["event_id"] for batch in piece.read(JSON_SCHEMA) for row in batch.to_pylist()]
     assert ids == [1, 2, 3]
@@ -543,7 +549,7 @@ def test_a_client_error_among_records_does_not_end_the_range_early(broker, monke
     monkeypatch.setattr(kafka, "RECORDS_PER_ARROW_BATCH", 4)
     monkeypatch.setattr(kafka, "Consumer", _ConsumerWithAnError)
     produce_events(broker, 1, 0, 10)
-    piece = KafkaRangePartition(broker, {}, EVENTS, 1, 0, 10, "json")
+    piece = KafkaRangePartition(broker, {}, EVENTS, 1, 0, 10, "json", 0.0)
     ids = [row["event_id"] for batch in piece.read(JSON_SCHEMA) for row in batch.to_pylist()]
     assert ids == list(range(10))
 
@@ -552,7 +558,7 @@ def test_records_that_never_arrive_fail_the_read_naming_the_offset(broker, monke
     monkeypatch.setattr(kafka, "READ_TIMEOUT_S", 0.5)
     monkeypatch.setattr(kafka, "POLL_TIMEOUT_S", 0.2)
     produce_events(broker, 3, 0, 3)
-    piece = KafkaRangePartition(broker, {}, EVENTS, 3, 1, 5, "json")
+    piece = KafkaRangePartition(broker, {}, EVENTS, 3, 1, 5, "json", 0.0)
     ids = []
     with pytest.raises(
         KafkaReadError,
@@ -561,6 +567,110 @@ def test_records_that_never_arrive_fail_the_read_naming_the_offset(broker, monke
         for batch in piece.read(JSON_SCHEMA):
             ids.extend(batch.column("event_id").to_pylist())
     assert ids == [1, 2]
+
+
+# --- broker outages -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def quick_metadata(monkeypatch):
+    """Metadata requests give up after a second, so an outage is ridden out in small steps."""
+    monkeypatch.setattr(kafka, "METADATA_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(kafka, "POLL_TIMEOUT_S", 0.2)
+
+
+def test_planning_plans_no_batch_while_the_brokers_are_down_then_goes_on(
+    embedded_broker, make_child, quick_metadata
+):
+    produce_events(embedded_broker.bootstrap_servers, 0, 0, 5)
+    child = make_child(outageTimeout="1min")
+    start = child.initial_position()
+    first = child.plan(start, Limits())
+    assert first.end == positions([5, 0, 0, 0])
+    produce_events(embedded_broker.bootstrap_servers, 1, 0, 3)
+    embedded_broker.take_down()
+    try:
+        waiting = child.plan(first.end, Limits())
+        assert waiting.end == first.end  # no batch
+        assert waiting.lag == first.lag  # what was last known, not a guess
+    finally:
+        embedded_broker.bring_up()
+    after = child.plan(first.end, Limits())
+    assert after.end == positions([5, 3, 0, 0])
+    assert read_table(child, start, after.end).column("event_id").to_pylist() == [
+        0,
+        1,
+        2,
+        3,
+        4,
+        0,
+        1,
+        2,
+    ]
+
+
+def test_planning_fails_naming_the_brokers_once_the_outage_outlasts_its_timeout(
+    embedded_broker, make_child, quick_metadata
+):
+    child = make_child(outageTimeout="2s")
+    start = child.initial_position()
+    embedded_broker.take_down()
+    began = time.monotonic()
+    assert child.plan(start, Limits()).end == start
+    with pytest.raises(
+        KafkaReadError,
+        match=re.escape(
+            f"child source 'live': the brokers at {embedded_broker.bootstrap_servers} have not "
+            "answered for "
+        )
+        + r".*\(outageTimeout 2s\): .*no metadata for topic 'events'",
+    ):
+        while time.monotonic() - began < 30:
+            assert child.plan(start, Limits()).end == start
+    embedded_broker.bring_up()
+
+
+def test_a_read_waits_out_brokers_that_come_back_within_the_timeout(
+    embedded_broker, quick_metadata
+):
+    produce_events(embedded_broker.bootstrap_servers, 2, 0, 20)
+    piece = KafkaRangePartition(
+        embedded_broker.bootstrap_servers, {}, EVENTS, 2, 0, 20, "json", 60.0
+    )
+    embedded_broker.take_down()
+    threading.Timer(3.0, embedded_broker.bring_up).start()
+    ids = [row["event_id"] for batch in piece.read(JSON_SCHEMA) for row in batch.to_pylist()]
+    assert ids == list(range(20))
+
+
+def test_a_read_fails_naming_its_range_when_the_brokers_stay_away(embedded_broker, quick_metadata):
+    produce_events(embedded_broker.bootstrap_servers, 2, 0, 20)
+    piece = KafkaRangePartition(
+        embedded_broker.bootstrap_servers, {}, EVENTS, 2, 0, 20, "json", 2.0
+    )
+    embedded_broker.take_down()
+    try:
+        with pytest.raises(
+            KafkaReadError, match=re.escape("topic 'events' partition 2: cannot read its offsets")
+        ):
+            list(piece.read(JSON_SCHEMA))
+    finally:
+        embedded_broker.bring_up()
+
+
+def test_requests_refused_as_by_a_moved_leader_are_ridden_out(embedded_broker, make_child):
+    servers = embedded_broker.bootstrap_servers
+    produce_events(servers, 3, 0, 10)
+    child = make_child()
+    start = child.initial_position()
+    embedded_broker.fail_requests(LIST_OFFSETS, [KafkaError.NOT_LEADER_FOR_PARTITION] * 3)
+    embedded_broker.fail_requests(FETCH, [KafkaError.NOT_LEADER_FOR_PARTITION] * 3)
+    end = start
+    deadline = time.monotonic() + 60
+    while end == start and time.monotonic() < deadline:
+        end = child.plan(start, Limits()).end
+    assert end == positions([0, 0, 0, 10])
+    assert read_table(child, start, end).column("event_id").to_pylist() == list(range(10))
 
 
 # --- errors ----------------------------------------------------------------------------------
@@ -579,7 +689,7 @@ def test_a_start_offset_beyond_the_end_fails_naming_the_offset(broker, make_chil
         ),
     ):
         child.plan(start, Limits())
-    piece = KafkaRangePartition(broker, {}, EVENTS, 2, 7, 9, "raw")
+    piece = KafkaRangePartition(broker, {}, EVENTS, 2, 7, 9, "raw", 0.0)
     with pytest.raises(
         KafkaReadError,
         match=re.escape("topic 'events' partition 2 offsets 7..9: offset 7 is no longer (or not"),
@@ -605,7 +715,7 @@ def test_records_deleted_before_they_were_read_fail_the_plan(broker, make_child)
 
 def test_records_deleted_after_planning_fail_the_read_without_skipping(broker):
     low = overflow_small_topic(broker)
-    piece = KafkaRangePartition(broker, {}, SMALL, 0, 5, low + 5, "raw")
+    piece = KafkaRangePartition(broker, {}, SMALL, 0, 5, low + 5, "raw", 0.0)
     batches = []
     with pytest.raises(
         KafkaReadError,
@@ -661,7 +771,8 @@ NULL_VALUE_READER = textwrap.dedent(
     from spark_jobs.sources import kafka
 
     for partition, stop in ((0, 1), (1, 2)):
-        piece = kafka.KafkaRangePartition(sys.argv[1], {}, "events", partition, 0, stop, "json")
+        servers = sys.argv[1]
+        piece = kafka.KafkaRangePartition(servers, {}, "events", partition, 0, stop, "json", 0.0)
         try:
             batches = list(piece.read(pa.schema([("event_id", pa.int64())])))
             print("rows", [row for batch in batches for row in batch.to_pylist()])
@@ -713,6 +824,13 @@ def test_an_unknown_topic_is_a_clear_error(broker, make_child):
         ({"bootstrapServers": None}, "field 'bootstrapServers' is required"),
         ({"properties": {"a": [1]}}, "field 'properties' = {'a': [1]} must map client"),
         ({"properties": "a=b"}, "field 'properties' = 'a=b' must be a dict"),
+        (
+            {"properties": {"sasl.password": "hunter2", "retries": [1]}},
+            "field 'properties' = {'sasl.password': '*****', 'retries': [1]} must map client",
+        ),
+        ({"outageTimeout": "forever"}, "field 'outageTimeout' = 'forever': expected a number"),
+        ({"outageTimeout": "30d"}, "field 'outageTimeout' = '30d': must be at most 7d"),
+        ({"outageTimeout": 30}, "field 'outageTimeout' = 30 must be a str"),
         (
             {"valueFormat": "raw"},
             "columns ['event_id', 'account', 'amount', 'event_time', 'kafka_offset', "

@@ -50,6 +50,7 @@ def test_child_spec_maps_every_option_exactly():
         "kafka.sasl.mechanism": "PLAIN",
         "maxoffsetspertrigger": "100",
         "statelocation": "/checkpoints/state",
+        "outagetimeout": "30s",
     }
     assert child_spec(options) == {
         "name": "live",
@@ -58,6 +59,7 @@ def test_child_spec_maps_every_option_exactly():
         "topics": "events,audit",
         "startingOffsets": '{"events": {"0": 5}}',
         "valueFormat": "json",
+        "outageTimeout": "30s",
         "properties": {"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN"},
     }
 
@@ -70,6 +72,7 @@ def test_child_spec_defaults():
         "topics": "events,audit",
         "startingOffsets": "latest",
         "valueFormat": "raw",
+        "outageTimeout": "2min",
         "properties": {},
     }
 
