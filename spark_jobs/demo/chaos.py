@@ -19,7 +19,10 @@ Kinds of trials and their faults:
   time to live) while the job runs, and again while it stops;
 - ``skew``: a second driver whose clock runs ahead by more than the lease's time to live
   tries to take the checkpoint over (needs ``--postgres-url``: SQLite's clock is the
-  clock of each process using it, so a skewed process skews it too).
+  clock of each process using it, so a skewed process skews it too);
+- ``broker``: the embedded broker's own faults, on a cluster of three brokers: all of them
+  down for a random while during the Kafka backlog, every partition's leader moved, and
+  fetch and offset requests answered with errors while the job follows live data.
 """
 
 from __future__ import annotations
@@ -41,9 +44,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import psutil
+from confluent_kafka import KafkaError
 
 from spark_jobs.backlog.values import count_argument
-from spark_jobs.demo.broker import EmbeddedBroker
+from spark_jobs.demo.broker import FETCH, LIST_OFFSETS, EmbeddedBroker
 from spark_jobs.demo.data import KafkaProducerThread
 from spark_jobs.demo.report import Checkpoint
 from spark_jobs.demo.runs import KafkaTopic, Run, prepare_history, say
@@ -70,6 +74,19 @@ CONF = {
     "spark.backlog.lag.offsets.leave-threshold": "1000",
 }
 PHASE_TIMEOUT_S = 240.0
+#: The broker trials' cluster: enough brokers for a leader to move to another.
+BROKERS = 3
+#: How long the brokers stay away, at most: well within the Kafka child's outageTimeout.
+BROKERS_DOWN_S = 12.0
+#: The broker trials' job stops once idle this long: a pause while brokers refuse requests
+#: is not idleness, though the job cannot tell the two apart.
+BROKER_TRIAL_IDLE = "20s"
+#: Errors a broker answers with while a leader moves or it is overloaded.
+REQUEST_ERRORS = (
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.REQUEST_TIMED_OUT,
+)
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -96,6 +113,7 @@ class Trial:
     run: Run
     producer: KafkaProducerThread
     rng: random.Random
+    broker: EmbeddedBroker
     logs: list[Path] = field(default_factory=list)
     job: subprocess.Popen[bytes] | None = None
 
@@ -245,15 +263,44 @@ def skew(trial: Trial) -> tuple[str, ...]:
     return ("skewed-second-driver",)
 
 
+def broker(trial: Trial) -> tuple[str, ...]:
+    """Faults during the Kafka backlog (when a pause is not idleness) and in live data."""
+    trial.start()
+    trial.wait_for("a Kafka backlog checkpoint", in_phase("kafka", True))
+    trial.pause(2.0)
+    down_s = trial.rng.uniform(2.0, BROKERS_DOWN_S)
+    say(f"  brokers-down: {down_s:.1f} s at batch {len(trial.checkpoints())}")
+    trial.broker.take_down()
+    time.sleep(down_s)
+    trial.broker.bring_up()
+    trial.wait_for("live data", live_for(3, 0))
+    leaders = [trial.rng.randrange(1, BROKERS + 1) for _ in range(PARTITIONS)]
+    say(f"  leaders-moved: to brokers {leaders}")
+    for partition, leader in enumerate(leaders):
+        trial.broker.move_leader(TOPIC, partition, leader)
+    seen = len(trial.checkpoints())
+    trial.wait_for("live data after the leaders moved", live_for(3, seen))
+    errors = [trial.rng.choice(REQUEST_ERRORS) for _ in range(6)]
+    say(f"  request-errors: {errors}")
+    trial.broker.fail_requests(FETCH, errors)
+    trial.broker.fail_requests(LIST_OFFSETS, errors)
+    seen = len(trial.checkpoints())
+    trial.wait_for("live data after the request errors", live_for(3, seen))
+    trial.finish()
+    return FAULTS["broker"]
+
+
 KINDS: dict[str, Callable[[Trial], tuple[str, ...]]] = {
     "kills": kills,
     "database": database,
     "skew": skew,
+    "broker": broker,
 }
 FAULTS = {
     "kills": ("sigkill-files", "sigkill-kafka-backlog", "sigkill-live"),
     "database": ("database-away", "database-away-at-shutdown"),
     "skew": ("skewed-second-driver",),
+    "broker": ("brokers-down", "leaders-moved", "request-errors"),
 }
 
 
@@ -291,7 +338,8 @@ def run_trial(
     root = workdir / f"{kind}-{index}"
     shutil.rmtree(root, ignore_errors=True)  # a campaign run again starts afresh
     name = f"chaos-{kind}-{index}-{time.time_ns()}"
-    with EmbeddedBroker(root / "broker", {TOPIC: PARTITIONS}) as broker:
+    brokers = BROKERS if kind == "broker" else 1
+    with EmbeddedBroker(root / "broker", {TOPIC: PARTITIONS}, brokers=brokers) as broker:
         first_live_id = prepare_history(root / "history", events, 8)
         run = Run(
             name=name,
@@ -300,13 +348,14 @@ def run_trial(
             metrics_url=metrics_url or f"sqlite:///{root / 'metrics' / 'metrics.db'}",
             conf=CONF,
             kafka=KafkaTopic(broker.bootstrap_servers, TOPIC, PARTITIONS),
+            args=["--stop-when-idle", BROKER_TRIAL_IDLE] if kind == "broker" else [],
         )
         run.root.mkdir(parents=True)
         (root / "metrics").mkdir()
         producer = KafkaProducerThread(
             broker.bootstrap_servers, TOPIC, PARTITIONS, first_live_id, events_per_s=600
         )
-        trial = Trial(kind, run, producer, rng)
+        trial = Trial(kind, run, producer, rng, broker)
         producer.start()
         note = ""
         try:
@@ -362,8 +411,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--trials", type=count_argument, default=10, help="trials of each kind")
     parser.add_argument(
         "--kinds",
-        default="kills,database",
-        help=f"comma-separated kinds of trials, of {', '.join(KINDS)} (default kills,database)",
+        default="kills,database,broker",
+        help=f"comma-separated kinds of trials, of {', '.join(KINDS)} (default: all but skew)",
     )
     parser.add_argument("--events", type=count_argument, default=30_000, help="backlog events")
     parser.add_argument("--workdir", type=Path, default=Path("backlog-chaos"))

@@ -12,6 +12,9 @@ FAULTS = {
     "database-away",
     "database-away-at-shutdown",
     "skewed-second-driver",
+    "brokers-down",
+    "leaders-moved",
+    "request-errors",
 }
 
 
@@ -25,7 +28,7 @@ def test_one_trial_of_each_kind_loses_and_duplicates_nothing(tmp_path, postgres_
             "--trials",
             "1",
             "--kinds",
-            "kills,database,skew",
+            "kills,database,skew,broker",
             "--events",
             "20000",
             "--seed",
