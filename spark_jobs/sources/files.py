@@ -149,6 +149,47 @@ def _cast(table: pa.Table, schema: pa.Schema) -> pa.Table:
     return table.select(schema.names).cast(schema)
 
 
+def _reads_as(found: pa.DataType, wanted: pa.DataType) -> bool:
+    """A parquet column of type ``found`` reads as ``wanted`` without losing values: the
+    same type, a wider number, another timestamp unit or zone, another string encoding."""
+    t = pa.types
+    if t.is_dictionary(found):
+        found = found.value_type
+    if found.equals(wanted):
+        return True
+    if t.is_integer(wanted) and t.is_integer(found):
+        # A signed integer holds a narrower signed or unsigned one.
+        return found.bit_width < wanted.bit_width or (
+            found.bit_width == wanted.bit_width and t.is_signed_integer(found)
+        )
+    if t.is_floating(wanted):
+        if t.is_floating(found):
+            return found.bit_width <= wanted.bit_width
+        return t.is_integer(found) and found.bit_width <= 32
+    families = (
+        (t.is_timestamp,),
+        (t.is_string, t.is_large_string),
+        (t.is_binary, t.is_large_binary),
+    )
+    for family in families:
+        if any(check(wanted) for check in family):
+            return any(check(found) for check in family)
+    return False
+
+
+def check_types(file_schema: pa.Schema, schema: pa.Schema) -> None:
+    """Refuse, naming every column, a file whose column types the schema cannot take:
+    casting an empty table (all a footer gives) would accept strings as numbers."""
+    wrong = [
+        f"{field.name} is {file_schema.field(field.name).type}, not {field.type}"
+        for field in schema
+        if field.name in file_schema.names
+        and not _reads_as(file_schema.field(field.name).type, field.type)
+    ]
+    if wrong:
+        raise ValueError(f"column types do not match the schema: {'; '.join(wrong)}")
+
+
 def _csv_timestamps(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """CSV timestamps without a zone are taken as UTC, like Spark with a UTC session zone."""
     for index, target in enumerate(schema):
@@ -190,6 +231,7 @@ def admit(listed: ListedFile, fmt: str, schema: pa.Schema) -> FileEntry:
             with _open(listed.uri) as handle:
                 parquet = pq.ParquetFile(handle)
                 _cast(parquet.schema_arrow.empty_table(), schema)
+                check_types(parquet.schema_arrow, schema)
                 rows = parquet.metadata.num_rows
         else:
             rows = read_table(listed.uri, fmt, schema).num_rows

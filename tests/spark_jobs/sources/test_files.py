@@ -2,13 +2,14 @@ import os
 import shutil
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from spark_jobs.sources.children import Limits, SourceContext
 from spark_jobs.sources.files import BoundedFiles, FileManifest, InputFileError, LandingFiles
 from spark_jobs.sources.storage import StateDirectory, StorageError, list_files, resolve_uri
-from tests.spark_jobs.sources.conftest import SPARK_SCHEMA, land, write_file
+from tests.spark_jobs.sources.conftest import SPARK_SCHEMA, arrow_table, land, write_file
 
 SCHEMA = to_arrow_schema(SPARK_SCHEMA, timezone="UTC")
 
@@ -278,3 +279,34 @@ def test_two_writers_of_one_manifest_fail_instead_of_overwriting(tmp_path):
     land(tmp_path / "landing", "3.json", "json", 4, 2, mtime=3)
     with pytest.raises(StorageError, match="two drivers are using one state location"):
         second.plan(second.initial_position(), Limits())
+
+
+def test_a_parquet_file_whose_column_types_do_not_match_is_refused_by_name(tmp_path):
+    # Casting the footer's empty table accepted this file; reading it failed much later,
+    # or worse, read the text as numbers.
+    write_file(tmp_path / "history", "a.parquet", "parquet", 0, 3)
+    table = arrow_table(3, 3)
+    table = table.set_column(2, "amount", table.column("amount").cast(pa.string()))
+    table = table.set_column(0, "event_id", table.column("event_id").cast(pa.uint64()))
+    pq.write_table(table, tmp_path / "history" / "b.parquet")
+    child = bounded(tmp_path)
+    first = child.plan(child.initial_position(), Limits(max_rows=3)).end
+    with pytest.raises(
+        InputFileError,
+        match=r"cannot read parquet input file .*/b\.parquet: column types do not match the "
+        r"schema: event_id is uint64, not int64; amount is string, not double",
+    ):
+        child.plan(first, Limits())
+
+
+def test_parquet_columns_of_narrower_or_equivalent_types_are_read(tmp_path):
+    table = arrow_table(0, 3)
+    table = table.set_column(0, "event_id", table.column("event_id").cast(pa.int32()))
+    table = table.set_column(1, "account", table.column("account").cast(pa.large_string()))
+    table = table.set_column(2, "amount", table.column("amount").cast(pa.float32()))
+    table = table.set_column(3, "event_time", table.column("event_time").cast(pa.timestamp("ms")))
+    (tmp_path / "history").mkdir()
+    pq.write_table(table, tmp_path / "history" / "a.parquet")
+    child = bounded(tmp_path)
+    end = child.plan(child.initial_position(), Limits()).end
+    assert read_ids(child, child.initial_position(), end) == [0, 1, 2]
