@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
+from datetime import datetime
 from pathlib import Path
 from typing import NamedTuple
 
@@ -398,7 +399,7 @@ class BacklogRuntime:
 
     def _idle_for(self, query: StreamingQuery, seconds: float) -> bool:
         """Live, no batch running, and none for ``seconds`` beyond when the next one would
-        have come. (Progress reaches the coordinator late: a long batch can be running.)"""
+        have come."""
         if query.status["isTriggerActive"]:
             return False
         coordinator = self.coordinator
@@ -406,11 +407,11 @@ class BacklogRuntime:
         # counts as live: a source that never reported is not in backlog.
         if coordinator is None or coordinator.job_is_backlog:
             return False
-        last = coordinator.last_progress
+        last = _last_commit(query)
         if last is None:
             return False
         # A pause while the lease was not confirmed is not idleness.
-        quiet_since = max(last.committed_at.timestamp(), self._fenced_at)
+        quiet_since = max(last.timestamp(), self._fenced_at)
         return self._clock() - quiet_since >= self._cadence_s + seconds
 
     def _drain_progress(self, timeout_s: float = 10.0) -> None:
@@ -474,3 +475,15 @@ def _gated_sources(graph: OperatorGraph | None) -> list[str]:
     if graph is None:
         return []
     return [op.source for op in graph.operators if op.source and op.source != op.id]
+
+
+def _last_commit(query: StreamingQuery) -> datetime | None:
+    """When the query's last batch committed, from the query itself: the listener hears of
+    a batch later, and a long batch just committed would look like a long quiet spell.
+    Progress without ``addBatch`` reports an idle trigger, not a batch."""
+    last = query.lastProgress
+    recent = [last] if last is not None and "addBatch" in last["durationMs"] else []
+    for progress in recent or reversed(query.recentProgress):
+        if "addBatch" in progress["durationMs"]:
+            return BatchProgress.from_json(progress.json).committed_at
+    return None
