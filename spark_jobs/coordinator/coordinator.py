@@ -18,6 +18,8 @@ from spark_jobs.backlog.lag import LagDetector, watermark_lag_s
 from spark_jobs.backlog.status import BacklogModel, SourceStatus
 from spark_jobs.coordinator.progress import BatchProgress
 from spark_jobs.metrics.schema import CheckpointRow, TransitionRow
+from spark_jobs.sources.quarantine import count_set_aside
+from spark_jobs.sources.storage import StorageError
 
 logger = logging.getLogger(__name__)
 
@@ -246,5 +248,25 @@ class BacklogCoordinator:
                 observed_metrics=json.dumps(progress.observed_metrics)
                 if progress.observed_metrics
                 else None,
+                quarantined=_set_aside(progress),
             )
         )
+
+
+def _set_aside(progress: BatchProgress) -> int | None:
+    """Malformed files and records the batch's sources set aside, where they have a
+    quarantine; a quarantine that cannot be read leaves the count unknown, not the batch."""
+    counts = []
+    for source in progress.sources:
+        end = source.end_offset
+        if not isinstance(end, dict) or "source" not in end:
+            continue
+        start = source.start_offset if isinstance(source.start_offset, dict) else None
+        try:
+            counts.append(count_set_aside(start, end))
+        except (OSError, StorageError, ValueError, KeyError) as error:
+            logger.warning(
+                "batch %s: cannot count what was set aside: %s", progress.batch_id, error
+            )
+    known = [count for count in counts if count is not None]
+    return sum(known) if known else None

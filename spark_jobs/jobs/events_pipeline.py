@@ -71,6 +71,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="earliest, latest, or JSON {topic: {partition: offset}}",
     )
     parser.add_argument("--output", required=True, help="parquet output directory")
+    parser.add_argument(
+        "--bad-records-path",
+        help="set malformed files and records aside here instead of failing (the source's "
+        "badRecordsPath)",
+    )
     parser.add_argument("--checkpoint", required=True, help="checkpoint directory")
     parser.add_argument("--window", type=duration_argument, default=10.0, help=DURATION_FORMAT)
     parser.add_argument("--watermark", type=duration_argument, default=10.0, help=DURATION_FORMAT)
@@ -142,6 +147,8 @@ def read_events(
         .option("sources", hybrid_children(args))
         .option("stateLocation", f"{args.checkpoint.rstrip('/')}/hybrid")
     )
+    if args.bad_records_path:
+        reader = reader.option("badRecordsPath", args.bad_records_path)
     if args.static_trigger is None:
         reader = reader.options(**runtime.source_options())
     elif args.static_max_rows:

@@ -55,6 +55,9 @@ backlog_checkpoints = Table(
     # True: rebuilt from the checkpoint's offset and commit logs by the next run, because the
     # driver died between committing the batch and recording it (NULL: recorded as it ran).
     Column("recovered", Boolean, nullable=True),
+    # Files and records the batch set aside as malformed (NULL: its sources have no
+    # quarantine, or the row was recovered).
+    Column("quarantined", BigInteger, nullable=True),
     # A retried insert of the same batch is a no-op rather than a second row.
     UniqueConstraint("job_name", "run_id", "batch_id", name="uq_backlog_checkpoints_batch"),
     # The sensors' "latest checkpoints" order by (committed_at, id): no sort with this.
@@ -159,6 +162,7 @@ class CheckpointRow:
     sources: str
     observed_metrics: str | None
     recovered: bool | None = None
+    quarantined: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "committed_at", _require_utc(self.committed_at, "committed_at"))

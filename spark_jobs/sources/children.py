@@ -16,6 +16,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from spark_jobs.backlog.secrets import REDACTED, is_secret_key, redacted_repr
+from spark_jobs.sources.quarantine import Quarantine
 
 Position = dict[str, Any]
 
@@ -26,11 +27,19 @@ class ChildSpecError(ValueError):
 
 @dataclass(frozen=True)
 class SourceContext:
-    """What every child of one hybrid source shares."""
+    """What every child of one hybrid source shares. ``bad_records``: the quarantine
+    location (``badRecordsPath``), None to fail on malformed input."""
 
     schema: pa.Schema
     state_location: str | None
     rows_per_partition: int
+    source_name: str = "hybrid"
+    bad_records: str | None = None
+
+    def quarantine(self, child: str) -> Quarantine | None:
+        if self.bad_records is None:
+            return None
+        return Quarantine(self.bad_records, self.source_name, child)
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from spark_jobs.sources.children import (
     SourceContext,
     spec_field,
 )
+from spark_jobs.sources.quarantine import BadInput, Quarantine, file_key
 from spark_jobs.sources.storage import (
     ListedFile,
     StateDirectory,
@@ -60,6 +61,8 @@ class FileEntry:
     size: int
     mtime_ns: int
     rows: int
+    #: Why the file was set aside instead (it then counts no rows).
+    quarantined: str | None = None
 
 
 class FileManifest:
@@ -316,6 +319,7 @@ class FileChild(ChildSource):
         state: StateDirectory,
         schema: pa.Schema,
         rows_per_partition: int,
+        quarantine: Quarantine | None = None,
     ):
         super().__init__(name)
         self.directory_uri = directory_uri
@@ -325,6 +329,7 @@ class FileChild(ChildSource):
         self.manifest = FileManifest(state)
         self.schema = schema
         self.rows_per_partition = rows_per_partition
+        self.quarantine = quarantine
         self._claimed = False
 
     @classmethod
@@ -348,6 +353,7 @@ class FileChild(ChildSource):
             state=StateDirectory(f"{resolve_uri(context.state_location)}/{name}"),
             schema=context.schema,
             rows_per_partition=context.rows_per_partition,
+            quarantine=context.quarantine(name),
         )
 
     def initial_position(self) -> Position:
@@ -355,6 +361,21 @@ class FileChild(ChildSource):
 
     def _discover(self) -> None:
         """Admit files that became available since the last planning, where the child can."""
+
+    def _admit(self, listed: ListedFile, index: int) -> FileEntry:
+        """The file's manifest entry; with a quarantine, a malformed file is set aside and
+        enters the manifest with no rows, so positions after it stay what they were."""
+        try:
+            return admit(listed, self.fmt, self.schema)
+        except InputFileError as error:
+            if self.quarantine is None:
+                raise
+            position = {"file": listed.uri, "index": index}
+            self.quarantine.set_aside(file_key(index), [BadInput(position, str(error))])
+            logger.warning(
+                "child source %r: %s; set aside in %s", self.name, error, self.quarantine.directory
+            )
+            return FileEntry(listed.uri, listed.size, listed.mtime_ns, 0, quarantined=str(error))
 
     def _entry(self, index: int) -> FileEntry | None:
         """The ``index``-th admitted file, admitting it first where the child can; else None."""
@@ -473,7 +494,7 @@ class BoundedFiles(FileChild):
             return None
         # Admitted in order, so the manifest is always a prefix of the snapshot. The file is
         # looked at again: a repaired file may differ from what the snapshot saw.
-        entry = admit(stat_file(snapshot[index].uri), self.fmt, self.schema)
+        entry = self._admit(stat_file(snapshot[index].uri), index)
         self.manifest.append([entry])
         return entry
 
@@ -494,7 +515,8 @@ class LandingFiles(FileChild):
         new = [f for f in list_files(self.directory_uri, self.glob) if f.uri not in self.manifest]
         new.sort(key=lambda f: (f.mtime_ns, f.uri))
         # Validated before admission, so a malformed file is named and nothing after it moves.
-        self.manifest.append([admit(listed, self.fmt, self.schema) for listed in new])
+        first = len(self.manifest.entries)
+        self.manifest.append([self._admit(listed, first + i) for i, listed in enumerate(new)])
 
     def is_exhausted(self, position: Position) -> bool:
         return False

@@ -18,6 +18,8 @@ Options (keys are case-insensitive):
 - ``maxRowsPerTrigger`` or ``maxFilesPerTrigger``: a static per-batch limit, as for
   Spark's own sources.
 - ``rowsPerPartition``: rows per Spark task (default 250000).
+- ``badRecordsPath``: where malformed files and records are set aside (see
+  ``quarantine.py``) instead of failing the batch; unset, they fail it by name.
 - ``backlogChannel``: set by the backlog coordinator; gates batches by its decisions.
 """
 
@@ -52,6 +54,8 @@ from spark_jobs.sources.children import (
 from spark_jobs.sources.files import FILE_CHILDREN
 from spark_jobs.sources.gate import PlanChannel, SourceGate
 from spark_jobs.sources.kafka import KafkaChild
+from spark_jobs.sources.quarantine import OFFSET_FIELD as QUARANTINE_FIELD
+from spark_jobs.sources.storage import resolve_uri
 
 CHILD_KINDS: dict[str, type[ChildSource]] = {**FILE_CHILDREN, KafkaChild.kind: KafkaChild}
 DEFAULT_ROWS_PER_PARTITION = 250_000
@@ -131,11 +135,15 @@ class HybridStreamReader(DataSourceStreamReader):
             )
         self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
         specs = parse_children(opts.get("sources"))
+        bad_records = opts.get("badrecordspath")
+        self.bad_records = resolve_uri(bad_records) if bad_records else None
         context = SourceContext(
             schema=self.arrow_schema,
             state_location=opts.get("statelocation"),
             rows_per_partition=_positive_int(opts, "rowsPerPartition")
             or DEFAULT_ROWS_PER_PARTITION,
+            source_name=self.source_name,
+            bad_records=self.bad_records,
         )
         self.children = [CHILD_KINDS[spec["kind"]].from_spec(spec, context) for spec in specs]
         last = len(specs) - 1
@@ -166,6 +174,8 @@ class HybridStreamReader(DataSourceStreamReader):
         }
         if index == len(self.children) - 1 and child.is_exhausted(position):
             offset["finished"] = True
+        if self.bad_records is not None:
+            offset[QUARANTINE_FIELD] = self.bad_records
         if rows is not None:
             offset["rows"] = rows
         return offset

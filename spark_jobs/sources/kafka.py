@@ -21,7 +21,7 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.json as pa_json
@@ -40,6 +40,7 @@ from spark_jobs.sources.children import (
     SourceContext,
     spec_field,
 )
+from spark_jobs.sources.quarantine import BadInput, Quarantine, range_key
 from spark_jobs.sources.storage import StateDirectory, resolve_uri
 
 logger = logging.getLogger(__name__)
@@ -205,6 +206,7 @@ class KafkaChild(ChildSource):
         schema: pa.Schema,
         rows_per_partition: int,
         outage_timeout_s: float,
+        quarantine: Quarantine | None = None,
     ):
         super().__init__(name)
         self.bootstrap_servers = bootstrap_servers
@@ -216,6 +218,7 @@ class KafkaChild(ChildSource):
         self.schema = schema
         self.rows_per_partition = rows_per_partition
         self.outage_timeout_s = outage_timeout_s
+        self.quarantine = quarantine
         self._consumer: Consumer | None = None
         self._resolved_start: Position | None = None
         self._outage = Outage(outage_timeout_s)
@@ -282,6 +285,7 @@ class KafkaChild(ChildSource):
             schema=context.schema,
             rows_per_partition=context.rows_per_partition,
             outage_timeout_s=outage_timeout_s,
+            quarantine=context.quarantine(name),
         )
         if state is None and not _all_explicit(starting):
             raise ChildSpecError(
@@ -473,6 +477,7 @@ class KafkaChild(ChildSource):
                             until,
                             self.value_format,
                             self.outage_timeout_s,
+                            self.quarantine,
                         )
                     )
                     offset = until
@@ -530,6 +535,7 @@ class KafkaRangePartition(ReadablePartition):
         stop: int,
         value_format: str,
         outage_timeout_s: float,
+        quarantine: Quarantine | None = None,
     ):
         self.bootstrap_servers = bootstrap_servers
         self.properties = dict(properties)
@@ -539,17 +545,23 @@ class KafkaRangePartition(ReadablePartition):
         self.stop = stop
         self.value_format = value_format
         self.outage_timeout_s = outage_timeout_s
+        self.quarantine = quarantine
 
     def describe(self) -> str:
         return f"topic {self.topic!r} partition {self.partition} offsets {self.start}..{self.stop}"
 
     def read(self, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
         consumer = Consumer(_client_config(self.bootstrap_servers, self.properties))
+        bad: list[BadInput] | None = None if self.quarantine is None else []
         try:
             for records in self._records(consumer):
-                yield from _to_arrow(records, schema, self.value_format).to_batches()
+                yield from _to_arrow(records, schema, self.value_format, bad).to_batches()
         finally:
             consumer.close()
+        if self.quarantine is not None and bad:
+            # Before the task ends, so before the batch commits and its rows are counted.
+            key = range_key(self.topic, self.partition, self.start, self.stop)
+            self.quarantine.set_aside(key, bad)
 
     def _low_watermark(self, consumer: Consumer) -> int:
         """The partition's earliest offset, waiting out brokers that do not answer."""
@@ -624,7 +636,15 @@ class KafkaRangePartition(ReadablePartition):
         return f"{self.describe()}: {error.str()}"
 
 
-def _to_arrow(messages: list[Any], schema: pa.Schema, value_format: str) -> pa.Table:
+def _to_arrow(
+    messages: list[Any], schema: pa.Schema, value_format: str, bad: list[BadInput] | None
+) -> pa.Table:
+    """The records as a table of ``schema``; with ``bad`` (a quarantine), values that do
+    not decode are appended there and left out, else they fail the read."""
+    decoded = None
+    if value_format == "json":
+        fields = pa.schema([f for f in schema if not f.name.startswith(JSON_METADATA_PREFIX)])
+        messages, decoded = _decode_json(messages, fields, bad)
     columns = {
         "key": pa.array([m.key() for m in messages], pa.binary()),
         "value": pa.array([m.value() for m in messages], pa.binary()),
@@ -636,10 +656,8 @@ def _to_arrow(messages: list[Any], schema: pa.Schema, value_format: str) -> pa.T
             [ms * 1000 if (ms := m.timestamp()[1]) >= 0 else None for m in messages], pa.int64()
         ).cast(pa.timestamp("us", tz="UTC")),
     }
-    if value_format == "raw":
+    if decoded is None:
         return pa.table({f.name: columns[f.name].cast(f.type) for f in schema})
-    fields = pa.schema([f for f in schema if not f.name.startswith(JSON_METADATA_PREFIX)])
-    decoded = _decode_json(messages, fields)
     return pa.table(
         {
             f.name: columns[f.name[len(JSON_METADATA_PREFIX) :]].cast(f.type)
@@ -650,38 +668,58 @@ def _to_arrow(messages: list[Any], schema: pa.Schema, value_format: str) -> pa.T
     )
 
 
-def _decode_json(messages: list[Any], fields: pa.Schema) -> pa.Table:
+def _decode_json(
+    messages: list[Any], fields: pa.Schema, bad: list[BadInput] | None
+) -> tuple[list[Any], pa.Table]:
     """One JSON object per record value; a null value (a tombstone) gives a row of nulls.
+    Returns the records kept and their decoded values.
 
     Values are checked to be objects first: pyarrow's reader expects newline-delimited
     objects, and a bare literal such as ``null`` can crash it rather than raise.
     """
-    values = []
+    kept, values = [], []
     for message in messages:
         value = (message.value() or b"{}").replace(b"\n", b" ")
-        if not value.lstrip().startswith(b"{"):
-            _refuse(message, value, fields, "it does not start with '{'")
-        values.append(value)
+        if value.lstrip().startswith(b"{"):
+            kept.append(message)
+            values.append(value)
+        else:
+            _reject(message, fields, "it does not start with '{'", bad)
+    if not values:
+        return [], fields.empty_table()
     options = pa_json.ParseOptions(explicit_schema=fields, unexpected_field_behavior="ignore")
     try:
         table = pa_json.read_json(io.BytesIO(b"\n".join(values)), parse_options=options)
         if table.num_rows == len(values):
-            return table.select(fields.names).cast(fields)
+            return kept, table.select(fields.names).cast(fields)
     except pa.ArrowInvalid:
         pass
-    # Name the first record that does not decode on its own.
-    for message, value in zip(messages, values, strict=True):
+    # Decode one by one, to name (or set aside) each record that does not decode alone.
+    decoded, singles = [], []
+    for message, value in zip(kept, values, strict=True):
         try:
             single = pa_json.read_json(io.BytesIO(value), parse_options=options)
         except pa.ArrowInvalid as error:
-            _refuse(message, value, fields, str(error))
+            _reject(message, fields, str(error), bad)
+            continue
         if single.num_rows != 1:
-            _refuse(message, value, fields, f"{single.num_rows} JSON objects in one record")
-    raise KafkaReadError(f"{len(values)} record values did not decode together: {fields.names}")
+            _reject(message, fields, f"{single.num_rows} JSON objects in one record", bad)
+            continue
+        decoded.append(message)
+        singles.append(single.select(fields.names).cast(fields))
+    if bad is None and len(decoded) == len(kept):
+        raise KafkaReadError(f"{len(values)} record values did not decode together: {fields.names}")
+    return decoded, pa.concat_tables(singles) if singles else fields.empty_table()
 
 
-def _refuse(message: Any, value: bytes, fields: pa.Schema, problem: str) -> NoReturn:
-    raise KafkaReadError(
-        f"topic {message.topic()!r} partition {message.partition()} offset {message.offset()}: "
-        f"the value is not one JSON object of {fields.names}: {problem}: {value[:200]!r}"
-    )
+def _reject(message: Any, fields: pa.Schema, problem: str, bad: list[BadInput] | None) -> None:
+    """Fail the read naming the record, or set it aside when there is a quarantine."""
+    reason = f"the value is not one JSON object of {fields.names}: {problem}"
+    position = {"topic": message.topic(), "partition": message.partition()}
+    position["offset"] = message.offset()
+    if bad is None:
+        raise KafkaReadError(
+            f"topic {message.topic()!r} partition {message.partition()} offset "
+            f"{message.offset()}: {reason}: {(message.value() or b'')[:200]!r}"
+        )
+    bad.append(BadInput(position, reason, message.value()))

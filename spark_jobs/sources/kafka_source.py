@@ -9,7 +9,8 @@ Options follow Spark's own Kafka source where they mean the same (keys are case-
 - ``valueFormat``: ``raw`` (the default; the columns of ``RAW_SCHEMA_DDL``) or ``json``
   (the schema's fields from the JSON value, record columns as ``kafka_<column>``);
 - ``outageTimeout``: how long unreachable brokers are ridden out (default ``2min``);
-- ``name``, ``stateLocation``, ``rowsPerPartition``, ``backlogChannel``: as for ``hybrid``.
+- ``name``, ``stateLocation``, ``rowsPerPartition``, ``backlogChannel``,
+  ``badRecordsPath``: as for ``hybrid``.
 
 Offsets have the hybrid source's shape with one child, so the coordinator, the lag rules
 and the metrics treat both alike.
@@ -29,7 +30,13 @@ from spark_jobs.sources.kafka import DEFAULT_OUTAGE_TIMEOUT, RAW_SCHEMA_DDL, Kaf
 
 CLIENT_PREFIX = "kafka."
 #: Options of the hybrid reader that pass through unchanged.
-READER_OPTIONS = ("name", "statelocation", "rowsperpartition", "backlogchannel")
+READER_OPTIONS = (
+    "name",
+    "statelocation",
+    "rowsperpartition",
+    "backlogchannel",
+    "badrecordspath",
+)
 OWN_OPTIONS = (
     "subscribe",
     "startingoffsets",
@@ -52,8 +59,8 @@ def child_spec(options: dict[str, str]) -> dict[str, object]:
         raise HybridOptionError(
             f"options {unknown} are not supported by backlog_kafka; it takes "
             "kafka.bootstrap.servers, subscribe, startingOffsets, maxOffsetsPerTrigger, "
-            "valueFormat, outageTimeout, name, stateLocation, rowsPerPartition and "
-            "kafka.<client property>"
+            "valueFormat, outageTimeout, name, stateLocation, rowsPerPartition, "
+            "badRecordsPath and kafka.<client property>"
         )
     servers = options.get("kafka.bootstrap.servers")
     if not servers:

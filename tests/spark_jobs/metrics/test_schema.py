@@ -57,6 +57,7 @@ def test_checkpoint_table_columns():
         ("sources", "Text", False),
         ("observed_metrics", "Text", True),
         ("recovered", "Boolean", True),
+        ("quarantined", "BigInteger", True),
     ]
     assert [c.name for c in backlog_checkpoints.primary_key] == ["id"]
     assert backlog_checkpoints.c.id.autoincrement is True

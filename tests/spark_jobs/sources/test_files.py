@@ -1,3 +1,4 @@
+import json
 import os
 import shutil
 
@@ -310,3 +311,31 @@ def test_parquet_columns_of_narrower_or_equivalent_types_are_read(tmp_path):
     child = bounded(tmp_path)
     end = child.plan(child.initial_position(), Limits()).end
     assert read_ids(child, child.initial_position(), end) == [0, 1, 2]
+
+
+def test_with_a_quarantine_malformed_files_are_set_aside_and_the_rest_is_read(tmp_path):
+    write_file(tmp_path / "history", "a.parquet", "parquet", 0, 3)
+    (tmp_path / "history" / "b.parquet").write_bytes(b"not parquet at all")
+    table = arrow_table(3, 3)
+    pq.write_table(
+        table.set_column(2, "amount", table.column("amount").cast(pa.string())),
+        tmp_path / "history" / "c.parquet",
+    )
+    write_file(tmp_path / "history", "d.parquet", "parquet", 6, 3)
+    location = resolve_uri(str(tmp_path / "bad"))
+    spec = {"name": "history", "path": str(tmp_path / "history"), "format": "parquet"}
+    quarantined = SourceContext(SCHEMA, str(tmp_path / "state"), 250_000, "events", location)
+    child = BoundedFiles.from_spec(spec, quarantined)
+    start = child.initial_position()
+    planned = child.plan(start, Limits())
+    assert planned.end == {"file": 4, "row": 0} and planned.rows == 6
+    assert read_ids(child, start, planned.end) == [0, 1, 2, 6, 7, 8]
+    set_aside = tmp_path / "bad" / "events" / "history" / "files"
+    reasons = {path.name: json.loads(path.read_text()) for path in sorted(set_aside.iterdir())}
+    assert list(reasons) == [f"{1:012d}.jsonl", f"{2:012d}.jsonl"]
+    assert reasons[f"{1:012d}.jsonl"]["position"]["file"].endswith("/b.parquet")
+    assert "amount is string, not double" in reasons[f"{2:012d}.jsonl"]["reason"]
+    # A restart plans from the manifest: the files stay set aside, positions unchanged.
+    again = BoundedFiles.from_spec(spec, quarantined)
+    assert again.plan(start, Limits()).end == planned.end
+    assert read_ids(again, start, planned.end) == [0, 1, 2, 6, 7, 8]

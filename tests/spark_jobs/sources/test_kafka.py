@@ -1,3 +1,4 @@
+import base64
 import json
 import pickle
 import re
@@ -25,6 +26,8 @@ from spark_jobs.sources.kafka import (
     _share,
     parse_starting_offsets,
 )
+from spark_jobs.sources.quarantine import OFFSET_FIELD, count_set_aside
+from spark_jobs.sources.storage import resolve_uri
 from tests.spark_jobs.sources.conftest import SPARK_SCHEMA, rows
 
 REPO = Path(__file__).resolve().parents[3]
@@ -760,6 +763,38 @@ def test_a_value_that_is_not_one_json_object_fails_naming_its_offset(
         )
         assert problem in message
         assert message.endswith(repr(bad))
+
+
+@pytest.mark.parametrize("per_fetch", [1, 4], ids=["one-per-fetch", "whole-range"])
+def test_with_a_quarantine_bad_values_are_set_aside_and_the_rest_is_read(
+    broker, tmp_path, monkeypatch, per_fetch
+):
+    monkeypatch.setattr(kafka, "RECORDS_PER_ARROW_BATCH", per_fetch)
+    for partition, (bad, _) in enumerate(NOT_ONE_OBJECT):
+        produce(broker, partition, [*event_values(0, 2), bad, *event_values(3, 1)])
+    location = resolve_uri(str(tmp_path / "bad"))
+    quarantined = SourceContext(JSON_SCHEMA, str(tmp_path / "state"), 1000, "events", location)
+    child = KafkaChild.from_spec(spec(broker), quarantined)
+    try:
+        start = child.initial_position()
+        end = child.plan(start, Limits()).end
+        for _ in range(2):  # a replayed batch reads and sets aside the same
+            table = read_table(child, start, end)
+            assert table.column("event_id").to_pylist() == [0, 1, 3] * len(NOT_ONE_OBJECT)
+    finally:
+        child.close()
+    for partition, (bad, problem) in enumerate(NOT_ONE_OBJECT):
+        written = tmp_path / "bad" / "events" / "live" / "kafka" / EVENTS / str(partition)
+        (path,) = written.iterdir()
+        assert path.name == f"{0:020d}-{4:020d}.jsonl"
+        (line,) = [json.loads(text) for text in path.read_text().splitlines()]
+        assert line["position"] == {"topic": EVENTS, "partition": partition, "offset": 2}
+        assert problem in line["reason"]
+        assert base64.b64decode(line["value_base64"]) == bad
+    assert count_set_aside(
+        {"source": "events", "phase": "live", "position": start},
+        {"source": "events", "phase": "live", "position": end, OFFSET_FIELD: location},
+    ) == len(NOT_ONE_OBJECT)
 
 
 #: Reads partitions 0 and 1 of ``events`` whole, each as one fetch, in a separate process: a
