@@ -22,7 +22,10 @@ Kinds of trials and their faults:
   clock of each process using it, so a skewed process skews it too);
 - ``broker``: the embedded broker's own faults, on a cluster of three brokers: all of them
   down for a random while during the Kafka backlog, every partition's leader moved, and
-  fetch and offset requests answered with errors while the job follows live data.
+  fetch and offset requests answered with errors while the job follows live data;
+- ``malformed``: with the quarantine on (``--bad-records-path``), two history files
+  broken (one not parquet, one with a column of another type) and topic values that are
+  no event; the trial recovers when every one of them is counted as set aside.
 """
 
 from __future__ import annotations
@@ -44,7 +47,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import psutil
-from confluent_kafka import KafkaError
+import pyarrow as pa
+import pyarrow.parquet as pq
+from confluent_kafka import KafkaError, Producer
 
 from spark_jobs.backlog.values import count_argument
 from spark_jobs.demo.broker import FETCH, LIST_OFFSETS, EmbeddedBroker
@@ -81,6 +86,8 @@ BROKERS_DOWN_S = 12.0
 #: The broker trials' job stops once idle this long: a pause while brokers refuse requests
 #: is not idleness, though the job cannot tell the two apart.
 BROKER_TRIAL_IDLE = "20s"
+#: Topic values that are no event: not an object, null, not JSON, a field of another type.
+BAD_VALUES = (b"[1, 2]", b"null", b"garbage", b'{"event_id": "seven"}')
 #: Errors a broker answers with while a leader moves or it is overloaded.
 REQUEST_ERRORS = (
     KafkaError.NOT_LEADER_FOR_PARTITION,
@@ -290,17 +297,44 @@ def broker(trial: Trial) -> tuple[str, ...]:
     return FAULTS["broker"]
 
 
+def malformed(trial: Trial) -> tuple[str, ...]:
+    """Bad history files before the start, bad topic values in live data."""
+    broken, mistyped = trial.rng.sample(sorted(trial.run.history.glob("*.parquet")), 2)
+    say(f"  malformed-files: {broken.name} (not parquet), {mistyped.name} (amount as text)")
+    broken.write_bytes(b"PAR1 this is not a parquet file")
+    table = pq.read_table(mistyped)
+    column = table.schema.get_field_index("amount")
+    pq.write_table(table.set_column(column, "amount", table["amount"].cast(pa.string())), mistyped)
+    trial.start()
+    trial.wait_for("live data", live_for(3, 0))
+    producer = Producer({"bootstrap.servers": trial.broker.bootstrap_servers})
+    for value in BAD_VALUES:
+        producer.produce(TOPIC, value=value, partition=trial.rng.randrange(PARTITIONS))
+    if producer.flush(30) != 0:
+        raise TrialFailed("the bad topic values were not delivered")
+    say(f"  malformed-records: {len(BAD_VALUES)} values")
+    seen = len(trial.checkpoints())
+    trial.wait_for("live data after the bad values", live_for(3, seen))
+    trial.finish()
+    counted = sum(c.quarantined or 0 for c in trial.checkpoints())
+    if counted != 2 + len(BAD_VALUES):
+        raise TrialFailed(f"{counted} set aside in the metrics, not {2 + len(BAD_VALUES)}")
+    return FAULTS["malformed"]
+
+
 KINDS: dict[str, Callable[[Trial], tuple[str, ...]]] = {
     "kills": kills,
     "database": database,
     "skew": skew,
     "broker": broker,
+    "malformed": malformed,
 }
 FAULTS = {
     "kills": ("sigkill-files", "sigkill-kafka-backlog", "sigkill-live"),
     "database": ("database-away", "database-away-at-shutdown"),
     "skew": ("skewed-second-driver",),
     "broker": ("brokers-down", "leaders-moved", "request-errors"),
+    "malformed": ("malformed-files", "malformed-records"),
 }
 
 
@@ -332,6 +366,14 @@ def skewed_command(run: Run) -> list[str]:
 # --- running the campaign -----------------------------------------------------------------
 
 
+def extra_job_args(kind: str, root: Path) -> list[str]:
+    if kind == "broker":
+        return ["--stop-when-idle", BROKER_TRIAL_IDLE]
+    if kind == "malformed":
+        return ["--bad-records-path", str(root / "bad")]
+    return []
+
+
 def run_trial(
     kind: str, index: int, workdir: Path, events: int, rng: random.Random, metrics_url: str | None
 ) -> TrialResult:
@@ -348,7 +390,7 @@ def run_trial(
             metrics_url=metrics_url or f"sqlite:///{root / 'metrics' / 'metrics.db'}",
             conf=CONF,
             kafka=KafkaTopic(broker.bootstrap_servers, TOPIC, PARTITIONS),
-            args=["--stop-when-idle", BROKER_TRIAL_IDLE] if kind == "broker" else [],
+            args=extra_job_args(kind, root),
         )
         run.root.mkdir(parents=True)
         (root / "metrics").mkdir()
@@ -411,7 +453,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--trials", type=count_argument, default=10, help="trials of each kind")
     parser.add_argument(
         "--kinds",
-        default="kills,database,broker",
+        default="kills,database,broker,malformed",
         help=f"comma-separated kinds of trials, of {', '.join(KINDS)} (default: all but skew)",
     )
     parser.add_argument("--events", type=count_argument, default=30_000, help="backlog events")

@@ -32,6 +32,8 @@ class Checkpoint:
     phase: str | None = None
     rule: str | None = None
     watermark: datetime | None = None
+    #: Malformed files and records the batch set aside (None without a quarantine).
+    quarantined: int | None = None
 
     @property
     def duration_s(self) -> float:
@@ -78,6 +80,7 @@ def _checkpoint(row: sa.RowMapping) -> Checkpoint:
         phase=sources[0].get("phase") if sources else None,
         rule=sources[0].get("rule") if sources else None,
         watermark=as_utc(row["watermark"]),
+        quarantined=row["quarantined"],
     )
 
 

@@ -15,6 +15,8 @@ FAULTS = {
     "brokers-down",
     "leaders-moved",
     "request-errors",
+    "malformed-files",
+    "malformed-records",
 }
 
 
@@ -28,7 +30,7 @@ def test_one_trial_of_each_kind_loses_and_duplicates_nothing(tmp_path, postgres_
             "--trials",
             "1",
             "--kinds",
-            "kills,database,skew,broker",
+            "kills,database,skew,broker,malformed",
             "--events",
             "20000",
             "--seed",
