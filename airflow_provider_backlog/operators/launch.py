@@ -17,6 +17,7 @@ from airflow.sdk.exceptions import AirflowException
 from airflow_provider_backlog.hooks.metrics import BacklogMetricsHook, RunStart
 from airflow_provider_backlog.hooks.submit import BacklogSubmitHook, DriverProcess, PhaseProfile
 from airflow_provider_backlog.links.spark_ui import SPARK_UI_XCOM_KEY, SparkUILink
+from spark_jobs.backlog.secrets import redact_text
 
 
 def new_run_id(context: Any) -> str:
@@ -115,6 +116,16 @@ class BacklogLaunchOperator(BaseOperator):
         )
         self._run_id, self._submit = run_id, submit
         self._driver = driver = submit.start(self.application, self._log_dir() / f"{run_id}.log")
+        try:
+            return self._watch(context, run_id, driver)
+        except BaseException:
+            # Whatever went wrong here (the metrics database, a kill, a timeout), the
+            # driver must not run on unwatched, holding its lease.
+            self._end_driver()
+            raise
+
+    def _watch(self, context: Any, run_id: str, driver: DriverProcess) -> dict[str, Any]:
+        """Wait for the run's first checkpoint, then return or follow it to its end."""
         start = self._await_start(run_id, driver)
         ti = context.get("ti") if isinstance(context, dict) else None
         if ti is not None and start.spark_ui_url:
@@ -162,7 +173,6 @@ class BacklogLaunchOperator(BaseOperator):
                     f"before its first checkpoint:\n{driver.log_tail()}"
                 )
             if time.monotonic() >= deadline:
-                self._end_driver()
                 raise AirflowException(
                     f"run {run_id} of job {self.job_name!r} committed no checkpoint within "
                     f"{self.startup_timeout}; it was ended:\n{driver.log_tail()}"
@@ -199,7 +209,16 @@ class BacklogLaunchOperator(BaseOperator):
         if submit is not None and submit.cluster_mode:
             self._kill_in_cluster(submit, driver, run_id)
             return
-        if self.metrics.release(self.job_name, run_id):
+        try:
+            released = self.metrics.release(self.job_name, run_id)
+        except Exception as error:  # the database may be what failed the launch
+            self.log.warning(
+                "run %s: its lease was not released (%s); it expires within its time to live",
+                run_id,
+                redact_text(str(error)),
+            )
+            return
+        if released:
             self.log.info("released the lease of run %s", run_id)
 
     def _kill_in_cluster(

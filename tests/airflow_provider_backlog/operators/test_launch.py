@@ -4,6 +4,7 @@ import time
 import psutil
 import pytest
 from airflow.sdk.exceptions import AirflowException
+from sqlalchemy.exc import OperationalError
 
 from airflow_provider_backlog.hooks.metrics import BacklogMetricsHook
 from airflow_provider_backlog.hooks.submit import BacklogSubmitHook, DriverProcess, PhaseProfile
@@ -13,12 +14,16 @@ from tests.airflow_provider_backlog.conftest import CONN_ID
 
 
 def launch(**kwargs) -> BacklogLaunchOperator:
+    defaults = {
+        "application": "/app/events_pipeline.py",
+        "metrics_conn_id": CONN_ID,
+        "spark_conn_id": "no_such_spark",
+    }
     return BacklogLaunchOperator(
         task_id="launch",
         job_name="events",
-        application="/app/events_pipeline.py",
         profile=PhaseProfile("2s", "1min"),
-        **({"metrics_conn_id": CONN_ID, "spark_conn_id": "no_such_spark"} | kwargs),
+        **(defaults | kwargs),
     )
 
 
@@ -135,3 +140,41 @@ def test_in_cluster_mode_killing_the_task_asks_the_cluster_and_keeps_the_lease(
     assert asked.read_text() == "application -kill application_1700000000000_0042\n"
     assert BacklogMetricsHook(CONN_ID).live_run("events").run_id == "r1"
     leases.close()
+
+
+def test_a_launch_that_fails_after_spark_submit_started_ends_the_driver_and_its_lease(
+    connected, tmp_path, monkeypatch
+):
+    """A database error while waiting for the first checkpoint (injected here, after the
+    driver took its lease as a real one would) must not leave the driver running."""
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_LOCAL", '{"conn_type": "spark", "host": "local[1]"}')
+    application = tmp_path / "sleeper.py"
+    application.write_text("import time\ntime.sleep(300)\n")
+    leases = LeaseStore(connected)
+    driver_started = []
+
+    def run_start_fails(self, job_name: str, run_id: str):
+        if not driver_started:
+            leases.acquire(job_name, "file:///ck", run_id, 60)
+            driver_started.append(run_id)
+            return None
+        raise OperationalError("SELECT ...", {}, Exception("could not connect to server"))
+
+    monkeypatch.setattr(BacklogMetricsHook, "run_start", run_start_fails)
+    operator = launch(
+        spark_conn_id="spark_local",
+        application=str(application),
+        driver_log_dir=str(tmp_path / "logs"),
+        poll_interval_s=0.5,
+    )
+    try:
+        with pytest.raises(OperationalError, match="could not connect to server"):
+            operator.execute({})
+        assert driver_started, "the launch never waited for its first checkpoint"
+        assert operator._driver is not None and operator._driver.exit_code is not None
+        assert operator._driver.tree() == []
+        assert BacklogMetricsHook(CONN_ID).live_run("events") is None
+    finally:
+        if operator._driver is not None:
+            operator._driver.end()
+        leases.close()
