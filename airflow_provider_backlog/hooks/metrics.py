@@ -145,6 +145,21 @@ class JobRequestError(AirflowException):
     """The job rejected a request, or no run of it answered in time."""
 
 
+#: PEP 249's names for errors of the database or the connection to it, not of the query.
+_TRANSIENT_ERRORS = frozenset({"OperationalError", "InterfaceError"})
+
+
+def is_transient(error: BaseException) -> bool:
+    """The database could not answer now (unreachable, restarting, locked, timed out, its
+    file system away), by the names every driver and SQLAlchemy give such errors: worth
+    asking again."""
+    if isinstance(error, OSError):
+        return True
+    if isinstance(error, sa.exc.DBAPIError) and error.connection_invalidated:
+        return True
+    return any(kind.__name__ in _TRANSIENT_ERRORS for kind in type(error).__mro__)
+
+
 class BacklogMetricsHook(DbApiHook):
     """The ``backlog_metrics`` connection: an SQLAlchemy URL (field ``url``), or a SQLite file
     (field ``host``). A URL without a password takes the connection's password."""

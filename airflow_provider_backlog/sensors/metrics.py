@@ -1,6 +1,8 @@
 """Waiting for a phased job: until it is live (or in backlog) for some checkpoints, or until
 it has committed a checkpoint recently. Deferrable by default: the triggerer polls and no
-worker slot is held; ``deferrable=False`` pokes instead (use ``mode="reschedule"``)."""
+worker slot is held; ``deferrable=False`` pokes instead (use ``mode="reschedule"``). A
+metrics database that does not answer (restarting, unreachable) is asked again, with
+backoff, for ``database_retry_timeout`` (default 5 minutes) before the sensor fails."""
 
 from __future__ import annotations
 
@@ -15,8 +17,14 @@ from airflow_provider_backlog.hooks.metrics import (
     BacklogMetricsHook,
     Expectation,
     Phase,
+    is_transient,
 )
-from airflow_provider_backlog.triggers.metrics import JobExpectationTrigger
+from airflow_provider_backlog.triggers.metrics import (
+    DEFAULT_DATABASE_RETRY_TIMEOUT_S,
+    JobExpectationTrigger,
+)
+from spark_jobs.backlog.outage import Outage
+from spark_jobs.backlog.secrets import redact_text
 
 
 class _JobSensor(BaseSensorOperator):
@@ -30,6 +38,7 @@ class _JobSensor(BaseSensorOperator):
         metrics_conn_id: str = BacklogMetricsHook.default_conn_name,
         deferrable: bool = True,
         poke_interval: timedelta | float = 30.0,
+        database_retry_timeout: timedelta = timedelta(seconds=DEFAULT_DATABASE_RETRY_TIMEOUT_S),
         **kwargs: Any,
     ):
         super().__init__(poke_interval=poke_interval, **kwargs)
@@ -37,14 +46,29 @@ class _JobSensor(BaseSensorOperator):
         self.expectation = expectation
         self.metrics_conn_id = metrics_conn_id
         self.deferrable = deferrable
+        self.database_retry_timeout = database_retry_timeout
+        self._outage = Outage(database_retry_timeout.total_seconds())
         self._created_at = datetime.now(UTC)
 
     def poke(self, context: Any) -> PokeReturnValue:
         hook = BacklogMetricsHook(self.metrics_conn_id)
         now = datetime.now(UTC)
-        snapshot = hook.job_snapshot(self.job_name, self.expectation.checkpoints)
-        met = self.expectation.met_by(snapshot, now)
-        stopped = None if met else hook.run_stopped(self.job_name, self._since(context))
+        try:
+            snapshot = hook.job_snapshot(self.job_name, self.expectation.checkpoints)
+            met = self.expectation.met_by(snapshot, now)
+            stopped = None if met else hook.run_stopped(self.job_name, self._since(context))
+        except Exception as error:
+            # Poking again is the retry; the budget bounds it (in reschedule mode, each
+            # poke is a new process: the sensor's timeout bounds it).
+            if not (is_transient(error) and self._outage.failed()):
+                raise
+            self.log.warning(
+                "job %s: the metrics database did not answer (%s); poking again",
+                self.job_name,
+                redact_text(str(error)),
+            )
+            return PokeReturnValue(False)
+        self._outage.recovered()
         if stopped is not None:
             raise AirflowException(stopped)
         self.log.info(
@@ -68,6 +92,7 @@ class _JobSensor(BaseSensorOperator):
                 asdict(self.expectation),
                 self.poke_interval,
                 self._since(context).isoformat(),
+                self.database_retry_timeout.total_seconds(),
             ),
             method_name="execute_complete",
             timeout=timedelta(seconds=self.timeout) if self.timeout else None,

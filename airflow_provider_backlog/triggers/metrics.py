@@ -10,13 +10,22 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_provider_backlog.hooks.metrics import BacklogMetricsHook, Expectation
+from airflow_provider_backlog.hooks.metrics import BacklogMetricsHook, Expectation, is_transient
+from spark_jobs.backlog.outage import Outage
+from spark_jobs.backlog.secrets import redact_text
+from spark_jobs.backlog.values import format_duration
+
+#: The longest wait between two tries while the database does not answer.
+MAX_RETRY_DELAY_S = 30.0
+DEFAULT_DATABASE_RETRY_TIMEOUT_S = 300.0
 
 
 class JobExpectationTrigger(BaseTrigger):
     """Fires once the job's latest checkpoints meet the expectation; fires an error event
     (which fails the task, naming the cause) if the job's driver died or its run ended after
-    ``since`` (ISO time the wait began), or if the database cannot be read."""
+    ``since`` (ISO time the wait began), or if the database cannot be read: at once for an
+    error of the query, after ``database_retry_timeout_s`` of retries with backoff for a
+    database that does not answer (restarting, unreachable, locked)."""
 
     def __init__(
         self,
@@ -25,6 +34,7 @@ class JobExpectationTrigger(BaseTrigger):
         expectation: dict[str, Any],
         poll_interval_s: float,
         since: str,
+        database_retry_timeout_s: float = DEFAULT_DATABASE_RETRY_TIMEOUT_S,
     ):
         super().__init__()
         self.metrics_conn_id = metrics_conn_id
@@ -32,6 +42,7 @@ class JobExpectationTrigger(BaseTrigger):
         self.expectation = Expectation(**expectation)
         self.poll_interval_s = poll_interval_s
         self.since = since
+        self.database_retry_timeout_s = database_retry_timeout_s
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -42,12 +53,15 @@ class JobExpectationTrigger(BaseTrigger):
                 "expectation": asdict(self.expectation),
                 "poll_interval_s": self.poll_interval_s,
                 "since": self.since,
+                "database_retry_timeout_s": self.database_retry_timeout_s,
             },
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         hook = BacklogMetricsHook(self.metrics_conn_id)
         since = datetime.fromisoformat(self.since)
+        outage = Outage(self.database_retry_timeout_s)
+        delay_s = self.poll_interval_s
         while True:
             now = datetime.now(UTC)
             try:
@@ -56,14 +70,30 @@ class JobExpectationTrigger(BaseTrigger):
                 )
                 stopped = await asyncio.to_thread(hook.run_stopped, self.job_name, since)
             except Exception as error:
+                problem = redact_text(str(error))
+                if is_transient(error) and outage.failed():
+                    self.log.warning(
+                        "job %s: the metrics database did not answer (%s); trying again in %s",
+                        self.job_name,
+                        problem,
+                        format_duration(delay_s),
+                    )
+                    await asyncio.sleep(delay_s)
+                    delay_s = min(2 * delay_s, MAX_RETRY_DELAY_S)
+                    continue
+                retried = (
+                    f" (retried for {format_duration(outage.lasted_s)})" if outage.ongoing else ""
+                )
                 yield TriggerEvent(
                     {
                         "status": "error",
                         "message": f"cannot read the metrics of job {self.job_name!r} "
-                        f"through connection {self.metrics_conn_id!r}: {error}",
+                        f"through connection {self.metrics_conn_id!r}{retried}: {problem}",
                     }
                 )
                 return
+            outage.recovered()
+            delay_s = self.poll_interval_s
             if self.expectation.met_by(snapshot, now):
                 assert snapshot is not None
                 yield TriggerEvent({"status": "success", "snapshot": snapshot.as_dict()})

@@ -6,7 +6,13 @@ from airflow.sdk.exceptions import AirflowException, TaskDeferred
 from airflow_provider_backlog.sensors.metrics import BacklogFreshnessSensor, BacklogPhaseSensor
 from airflow_provider_backlog.triggers.metrics import JobExpectationTrigger
 from spark_jobs.metrics.lease import LeaseStore
-from tests.airflow_provider_backlog.conftest import CONN_ID, add_checkpoints
+from spark_jobs.metrics.schema import make_engine, metadata
+from tests.airflow_provider_backlog.conftest import (
+    CONN_ID,
+    add_checkpoints,
+    database_away,
+    use_connection,
+)
 
 
 def live_sensor(**kwargs) -> BacklogPhaseSensor:
@@ -40,7 +46,9 @@ def test_poking_waits_for_the_phase_to_hold_for_enough_checkpoints(connected):
 def test_a_deferrable_sensor_hands_the_wait_to_the_triggerer(connected):
     add_checkpoints(connected, "events", "run-1", datetime.now(UTC), "bl")
     with pytest.raises(TaskDeferred) as deferred:
-        live_sensor(poke_interval=5, timeout=600).execute({})
+        live_sensor(
+            poke_interval=5, timeout=600, database_retry_timeout=timedelta(minutes=2)
+        ).execute({})
     trigger = deferred.value.trigger
     assert isinstance(trigger, JobExpectationTrigger)
     kwargs = trigger.serialize()[1]
@@ -51,6 +59,7 @@ def test_a_deferrable_sensor_hands_the_wait_to_the_triggerer(connected):
         "job_name": "events",
         "expectation": {"phase": "live", "checkpoints": 2, "within_s": None},
         "poll_interval_s": 5,
+        "database_retry_timeout_s": 120.0,
     }
     assert deferred.value.method_name == "execute_complete"
     assert deferred.value.timeout == timedelta(minutes=10)
@@ -102,3 +111,21 @@ def test_a_run_that_ended_while_awaited_fails_the_sensor_but_an_earlier_one_does
         assert str(raised.value).endswith(" while it was awaited")
     finally:
         store.close()
+
+
+def test_poking_rides_out_a_database_away_for_its_retry_budget(tmp_path, monkeypatch):
+    url = f"sqlite:///{tmp_path}/db/metrics.db"
+    (tmp_path / "db").mkdir()
+    engine = make_engine(url)
+    metadata.create_all(engine)
+    engine.dispose()
+    use_connection(monkeypatch, host=url.removeprefix("sqlite:///"))
+    add_checkpoints(url, "events", "run-1", datetime.now(UTC) - timedelta(seconds=30), "ll")
+    patient = live_sensor(deferrable=False, database_retry_timeout=timedelta(minutes=1))
+    impatient = live_sensor(deferrable=False, database_retry_timeout=timedelta(0))
+    with database_away(tmp_path / "db"):
+        assert not patient.poke({})
+        assert not patient.poke({})
+        with pytest.raises(OSError):
+            impatient.poke({})
+    assert patient.poke({}).is_done
