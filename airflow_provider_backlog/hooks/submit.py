@@ -2,8 +2,9 @@
 
 The Spark connection says where the job runs (master, deploy mode, spark-submit binary); a
 ``PhaseProfile`` says how: its checkpoint intervals and its resources. spark-submit runs in
-a process group of its own with its output in a file. In client mode (local and standalone
-masters, or YARN and Kubernetes when asked) the driver is that process, and it must outlive
+a process group of its own, led by a small process that writes its output to a file rotated
+at a bounded size (``driver_log``). In client mode (local and standalone masters, or YARN
+and Kubernetes when asked) the driver is that process group, and it must outlive
 a task that returns after the first checkpoint; ending it ends its whole process tree (the
 JVM, the Python driver, Python workers), so nothing of it survives. In cluster mode (YARN
 and Kubernetes) the driver runs in the cluster: spark-submit returns once it has submitted
@@ -23,13 +24,14 @@ import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import psutil
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.sdk.exceptions import AirflowException, AirflowNotFoundException
 from sqlalchemy import make_url
 
+from airflow_provider_backlog.hooks import driver_log
 from spark_jobs.backlog.config import (
     INTERVAL,
     INTERVAL_DURING_BACKLOG,
@@ -39,6 +41,7 @@ from spark_jobs.backlog.config import (
     BacklogConfig,
     ConfigError,
 )
+from spark_jobs.backlog.secrets import SPARK_REDACTION_REGEX
 from spark_jobs.metrics.schema import METRICS_PASSWORD_ENV, split_password
 
 logger = logging.getLogger(__name__)
@@ -56,6 +59,9 @@ _K8S_DRIVER_POD = re.compile(r"pod name: (\S+-driver)\s*$", re.MULTILINE)
 _LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1", "0.0.0.0")
 #: This host's interpreters, which mean nothing to a driver in the cluster.
 _LOCAL_PYTHON = ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")
+#: The worker's variables the driver does not get: Airflow's configuration (its database
+#: URL, Fernet key, JWT secret...), its connections and variables, and its internals.
+_AIRFLOW_ONLY = ("AIRFLOW__", "AIRFLOW_CONN_", "AIRFLOW_VAR_", "_AIRFLOW_")
 #: Where a driver in a Kubernetes cluster gets the metrics password from a secret.
 K8S_PASSWORD_SECRET = f"spark.kubernetes.driver.secretKeyRef.{METRICS_PASSWORD_ENV}"
 
@@ -133,7 +139,8 @@ class PhaseProfile:
 
 @dataclass
 class DriverProcess:
-    """A spark-submit started by ``BacklogSubmitHook.start``: its process and its log.
+    """A spark-submit started by ``BacklogSubmitHook.start``: the process that leads its
+    process group (the log rotator, ending as spark-submit did) and its log.
 
     ``submits_only``: it submits a driver to the cluster and returns (cluster mode, not
     waiting for the application), so its ending with exit code 0 is no sign of the job's.
@@ -142,6 +149,42 @@ class DriverProcess:
     process: subprocess.Popen[bytes]
     log_path: Path
     submits_only: bool = False
+
+    @classmethod
+    def start(
+        cls,
+        command: list[str],
+        log_path: Path,
+        *,
+        env: Mapping[str, str],
+        max_bytes: int = driver_log.MAX_BYTES,
+        backups: int = driver_log.BACKUPS,
+        submits_only: bool = False,
+    ) -> DriverProcess:
+        """Start ``command`` in a new session, its output rotated into ``log_path`` by a
+        ``driver_log`` process that leads the session: ending the group ends both, and in
+        detached mode both outlive the task."""
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_path.touch()  # followed and tailed at once, before the rotator opens it
+        rotator = [
+            sys.executable,
+            "-m",
+            driver_log.__name__,
+            f"--max-bytes={max_bytes}",
+            f"--backups={backups}",
+            str(log_path),
+            "--",
+            *command,
+        ]
+        process = subprocess.Popen(
+            rotator,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=dict(env),
+            start_new_session=True,
+        )
+        return cls(process, log_path, submits_only=submits_only)
 
     @property
     def failed(self) -> bool:
@@ -152,6 +195,7 @@ class DriverProcess:
 
     @property
     def pid(self) -> int:
+        """The process group's leader, whose id the group has."""
         return self.process.pid
 
     @property
@@ -167,8 +211,8 @@ class DriverProcess:
             return None
 
     def log_tail(self, lines: int = 40) -> str:
-        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-        return "\n".join(text.splitlines()[-lines:])
+        """The log's last lines, from before its last rotation too if need be."""
+        return "\n".join(driver_log.tail(self.log_path, lines))
 
     def tree(self) -> list[psutil.Process]:
         """The driver and every process it started, while they run."""
@@ -193,7 +237,7 @@ class DriverProcess:
         tree = self.tree()
         _signal_group(self.pid, signal.SIGTERM)
         _signal(tree, psutil.Process.terminate)
-        # The spark-submit process is reaped through its Popen, the rest by psutil.
+        # The group's leader is reaped through its Popen, the rest by psutil.
         self.wait(timeout_s)
         _, alive = psutil.wait_procs(tree[1:], timeout=timeout_s)
         if self.exit_code is None or alive:
@@ -204,17 +248,25 @@ class DriverProcess:
             psutil.wait_procs(alive, timeout=1.0)
 
     def follow(self) -> Iterator[str]:
-        """The log's lines as they are written, until the driver has ended."""
-        with self.log_path.open(errors="replace") as log:
+        """The log's lines as they are written, until the driver has ended. After a
+        rotation the old file is read to its end, then the new one (a log that rotates
+        more than twice a second loses lines here, not in its files)."""
+        log = self.log_path.open(errors="replace")
+        try:
             while True:
                 ended = self.exit_code is not None
-                line = log.readline()
-                while line:
+                rotated = _replaced(log, self.log_path)
+                while line := log.readline():
                     yield line.rstrip("\n")
-                    line = log.readline()
-                if ended:
+                if rotated:
+                    log.close()
+                    log = self.log_path.open(errors="replace")
+                elif ended:
                     return
-                self.wait(0.5)
+                else:
+                    self.wait(0.5)
+        finally:
+            log.close()
 
 
 class BacklogSubmitHook(SparkSubmitHook):
@@ -272,6 +324,8 @@ class BacklogSubmitHook(SparkSubmitHook):
             **profile.resources(),
             **kwargs,
         )
+        # Our keys in Spark's UI and event log: the user's own rule stands.
+        self._conf.setdefault("spark.redaction.regex", SPARK_REDACTION_REGEX)
         self.cluster_mode = self._connection["deploy_mode"] == "cluster"
         self.submits_only = False
         if self.cluster_mode:
@@ -327,30 +381,44 @@ class BacklogSubmitHook(SparkSubmitHook):
             )
         return [found]
 
-    def start(self, application: str, log_path: Path) -> DriverProcess:
-        """Start spark-submit in its own process group, its output going to ``log_path``."""
-        command = self._build_spark_submit_command(application)
-        env = self.submit_environment()
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        with log_path.open("ab") as log:
-            process = subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
-            )
-        self.log.info("spark-submit started (pid %s), its log: %s", process.pid, log_path)
-        return DriverProcess(process, log_path, submits_only=self.submits_only)
+    def start(
+        self,
+        application: str,
+        log_path: Path,
+        *,
+        max_bytes: int = driver_log.MAX_BYTES,
+        backups: int = driver_log.BACKUPS,
+    ) -> DriverProcess:
+        """Start spark-submit in its own process group, its output going to ``log_path``,
+        rotated at ``max_bytes`` with ``backups`` older files kept."""
+        driver = DriverProcess.start(
+            self._build_spark_submit_command(application),
+            log_path,
+            env=self.submit_environment(),
+            max_bytes=max_bytes,
+            backups=backups,
+            submits_only=self.submits_only,
+        )
+        self.log.info("spark-submit started (process group %s), its log: %s", driver.pid, log_path)
+        return driver
 
     def submit_environment(self) -> dict[str, str]:
         """spark-submit's environment: this worker's, the ``env_vars``, and for a driver
-        running here its Python and the metrics password."""
+        running here its Python and the metrics password.
+
+        Of the worker's own variables the driver gets neither Airflow's configuration
+        (``AIRFLOW__*``: its database URL, Fernet key, JWT secret), nor its connections
+        (``AIRFLOW_CONN_*``) and variables (``AIRFLOW_VAR_*``), nor its internals
+        (``_AIRFLOW_*``): the job needs none of them, and its code, its Spark UI and its
+        logs are no place for Airflow's secrets. What ``env_vars`` names it gets even so;
+        everything else (PATH, JAVA_HOME, SPARK_HOME, HADOOP_CONF_DIR, PYTHONPATH...) it
+        gets as the worker has it.
+        """
+        env = {k: v for k, v in os.environ.items() if not k.startswith(_AIRFLOW_ONLY)}
         if self.cluster_mode:  # spark-submit would hand this host's interpreter to the cluster
-            local = {k: v for k, v in os.environ.items() if k not in _LOCAL_PYTHON}
-            return {**local, **(self._env or {})}
-        env = {**os.environ, **(self._env or {})}
+            local = {k: v for k, v in env.items() if k not in _LOCAL_PYTHON}
+            return {**local, **(self._env_vars or {})}
+        env.update(self._env_vars or {})
         # Executors' Python workers need an interpreter with the job's code: this one,
         # unless the deployment says otherwise.
         env.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -362,9 +430,17 @@ class BacklogSubmitHook(SparkSubmitHook):
         """In cluster mode, the command that kills the submitted application, named in
         spark-submit's log (YARN's application id, Kubernetes' submission id
         ``namespace:driver-pod``); None in client mode, or when the log names none yet."""
-        if not self.cluster_mode or not log_path.exists():
+        if not self.cluster_mode:
             return None
-        text = log_path.read_text(errors="replace")
+        # Newest first: the status lines repeat the name, the rotated files hold the first.
+        for file in driver_log.log_files(log_path):
+            command = self._kill_command(file.read_text(errors="replace"))
+            if command is not None:
+                return command
+        return None
+
+    def _kill_command(self, text: str) -> list[str] | None:
+        """The kill command for what spark-submit's output ``text`` names, if anything."""
         if self._is_yarn:
             found = _YARN_APPLICATION.search(text)
             return ["yarn", "application", "-kill", found.group(0)] if found else None
@@ -398,6 +474,14 @@ def _signal_group(pgid: int, signum: signal.Signals) -> None:
     """Signal the process group the driver leads (``start`` gave it a session of its own)."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signum)
+
+
+def _replaced(log: IO[str], path: Path) -> bool:
+    """Whether ``path`` names another file than the open ``log`` now: it was rotated."""
+    try:
+        return os.stat(path).st_ino != os.fstat(log.fileno()).st_ino
+    except FileNotFoundError:  # between the rotation's rename and the new file
+        return False
 
 
 def _signal(processes: list[psutil.Process], send: Any) -> None:

@@ -9,6 +9,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_provider_backlog.hooks.submit import BacklogSubmitHook, DriverProcess, PhaseProfile
+from spark_jobs.backlog.secrets import SPARK_REDACTION_REGEX
 
 LOCAL_SPARK = json.dumps({"conn_type": "spark", "host": "local[2]"})
 
@@ -221,7 +222,8 @@ def test_cluster_mode_needs_the_metrics_password_from_the_cluster(monkeypatch):
     secret = {"spark.kubernetes.driver.secretKeyRef.BACKLOG_METRICS_PASSWORD": "metrics:password"}
     submit = hook(metrics_url=REACHABLE_METRICS, profile=PhaseProfile("2s", conf=secret))
     command = submit._build_spark_submit_command("app.py")
-    assert "secret" not in " ".join(command).replace("secretKeyRef", "")
+    shown = " ".join(command).replace("secretKeyRef", "").replace(SPARK_REDACTION_REGEX, "")
+    assert "secret" not in shown
     assert submit._metrics_password == "secret"  # kept for nothing: the cluster supplies it
 
 
@@ -237,6 +239,10 @@ def test_the_cluster_kill_command_names_the_application_from_the_log(monkeypatch
         "-kill",
         "application_1700000000000_0042",
     ]
+    # Rotated away since: the older file still names it.
+    log.rename(tmp_path / "submit.log.1")
+    log.write_text("INFO spark-submit is still running\n")
+    assert yarn.cluster_kill_command(log)[-1] == "application_1700000000000_0042"
     log.write_text("\t pod name: events-4f1c2d9e8a7b6c5d-driver\n")
     spark_connection(monkeypatch, "k8s://https://k8s.example.com:6443", "cluster", namespace="jobs")
     k8s = hook(metrics_url="postgresql://metrics@db.example.com/metrics")
@@ -265,17 +271,12 @@ def test_ending_a_driver_ends_its_whole_tree_even_what_ignores_sigterm(tmp_path)
     """A stand-in driver: a process group leader with a child and a grandchild that
     ignores SIGTERM, as a JVM's Python worker might; all must be gone."""
     script = "trap '' TERM; sleep 300 & (trap '' TERM; sleep 300) & wait"
-    log = tmp_path / "driver.log"
-    with log.open("ab") as out:
-        process = subprocess.Popen(
-            ["bash", "-c", script], stdout=out, stderr=out, start_new_session=True
-        )
-    driver = DriverProcess(process, log)
+    driver = DriverProcess.start(["bash", "-c", script], tmp_path / "driver.log", env=os.environ)
     deadline = time.monotonic() + 10
-    while len(driver.tree()) < 3 and time.monotonic() < deadline:
+    while len(driver.tree()) < 4 and time.monotonic() < deadline:
         time.sleep(0.05)
     tree = driver.tree()
-    assert len(tree) >= 3
+    assert len(tree) >= 4, "the log rotator, bash, and what bash started"
     driver.end(timeout_s=1.0)
     assert driver.exit_code is not None
     assert not [p for p in tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
@@ -293,13 +294,17 @@ def test_following_a_driver_yields_its_log_until_it_ends(tmp_path):
     assert driver.log_tail(1) == "two"
 
 
-def test_the_metrics_password_reaches_the_driver_but_not_its_command_line(local_spark, tmp_path):
+def test_the_metrics_password_reaches_the_driver_but_not_its_command_line(
+    local_spark, tmp_path, monkeypatch
+):
     """A real spark-submit of a one-line application that reports what it was given."""
+    monkeypatch.setenv("AIRFLOW__CORE__FERNET_KEY", "fernet-key-of-the-worker")
     application = tmp_path / "report.py"
     application.write_text(
         "import os, sys\n"
         "print('password:', os.environ.get('BACKLOG_METRICS_PASSWORD'))\n"
         "print('argv:', sys.argv[1:])\n"
+        "print('airflow:', sorted(k for k in os.environ if 'AIRFLOW' in k))\n"
     )
     submit = hook(metrics_url="postgresql://metrics:s3cret@db:5432/metrics")
     command = submit._build_spark_submit_command(str(application))
@@ -310,3 +315,35 @@ def test_the_metrics_password_reaches_the_driver_but_not_its_command_line(local_
     log = driver.log_path.read_text()
     assert "password: s3cret" in log
     assert "argv: ['--checkpoint', '/data/ck']" in log
+    assert "airflow: ['AIRFLOW_HOME']" in log, "the driver got Airflow's secrets"
+
+
+def test_the_driver_gets_none_of_airflows_secrets_but_what_env_vars_names(local_spark, monkeypatch):
+    monkeypatch.setenv("AIRFLOW__CORE__FERNET_KEY", "fernet")
+    monkeypatch.setenv("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "postgresql://airflow:pw@db/airflow")
+    monkeypatch.setenv("AIRFLOW__API_AUTH__JWT_SECRET", "jwt")
+    monkeypatch.setenv("AIRFLOW_CONN_X", "postgresql://x:pw@db/x")
+    monkeypatch.setenv("AIRFLOW_VAR_TOKEN", "token")
+    monkeypatch.setenv("_AIRFLOW_PARSING_CONTEXT_DAG_ID", "dag")
+    monkeypatch.setenv("JAVA_HOME", "/usr/lib/jvm/default")
+    monkeypatch.setenv("AIRFLOW_HOME", "/opt/airflow")
+    explicit = {"AIRFLOW_VAR_REGION": "eu-west-1", "KAFKA_PASSWORD": "k"}
+    local = hook(env_vars=explicit).submit_environment()
+    spark_connection(monkeypatch, "yarn", "cluster")
+    explicit["BACKLOG_METRICS_PASSWORD"] = "s"  # how a driver in the cluster gets it
+    remote = hook(metrics_url=REACHABLE_METRICS, env_vars=explicit)
+    for env in (local, remote.submit_environment()):
+        airflows = sorted(key for key in env if key.startswith(("AIRFLOW", "_AIRFLOW")))
+        assert airflows == ["AIRFLOW_HOME", "AIRFLOW_VAR_REGION"]
+        assert env["PATH"] == os.environ["PATH"] and env["JAVA_HOME"] == "/usr/lib/jvm/default"
+        assert env["AIRFLOW_VAR_REGION"] == "eu-west-1" and env["KAFKA_PASSWORD"] == "k"
+
+
+def test_spark_redacts_our_secrets_unless_the_profile_says_otherwise(local_spark):
+    conf = conf_of(hook()._build_spark_submit_command("app.py"))
+    assert conf["spark.redaction.regex"] == SPARK_REDACTION_REGEX
+    own = PhaseProfile("2s", conf={"spark.redaction.regex": "(?i)secret|mine"})
+    assert (
+        conf_of(hook(profile=own)._build_spark_submit_command("app.py"))["spark.redaction.regex"]
+        == "(?i)secret|mine"
+    )
