@@ -14,6 +14,7 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.configuration import conf as airflow_conf
 from airflow.sdk.exceptions import AirflowException
 
+from airflow_provider_backlog.hooks import driver_log
 from airflow_provider_backlog.hooks.metrics import BacklogMetricsHook, RunStart
 from airflow_provider_backlog.hooks.submit import BacklogSubmitHook, DriverProcess, PhaseProfile
 from airflow_provider_backlog.links.spark_ui import SPARK_UI_XCOM_KEY, SparkUILink
@@ -41,6 +42,10 @@ class BacklogLaunchOperator(BaseOperator):
     the driver's whole process tree at once and releases its lease; Spark redoes an
     interrupted batch from its offset log, so nothing is lost or doubled. Returns the
     run's id, Spark UI and first checkpoint time.
+
+    The driver's output goes to ``<driver_log_dir>/<run id>-<hash>.log`` (the run id made
+    safe as a file name), rotated at ``driver_log_max_bytes`` with ``driver_log_backups``
+    older files kept, so that a job running for days cannot fill the log folder.
     """
 
     template_fields = ("job_name", "application", "application_args", "env_vars")
@@ -60,12 +65,19 @@ class BacklogLaunchOperator(BaseOperator):
         startup_timeout: timedelta = timedelta(minutes=10),
         env_vars: dict[str, str] | None = None,
         driver_log_dir: str | None = None,
+        driver_log_max_bytes: int = driver_log.MAX_BYTES,
+        driver_log_backups: int = driver_log.BACKUPS,
         poll_interval_s: float = 2.0,
         **kwargs: Any,
     ):
         super().__init__(**kwargs)
         if not isinstance(profile, PhaseProfile):
             raise TypeError(f"profile must be a PhaseProfile, got {profile!r}")
+        if driver_log_max_bytes < 1024 or driver_log_backups < 1:
+            raise ValueError(
+                f"driver_log_max_bytes = {driver_log_max_bytes!r} must be at least 1024 and "
+                f"driver_log_backups = {driver_log_backups!r} at least 1"
+            )
         self.job_name = job_name
         self.application = application
         self.profile = profile
@@ -76,11 +88,14 @@ class BacklogLaunchOperator(BaseOperator):
         self.startup_timeout = startup_timeout
         self.env_vars = env_vars
         self.driver_log_dir = driver_log_dir
+        self.driver_log_max_bytes = driver_log_max_bytes
+        self.driver_log_backups = driver_log_backups
         self.poll_interval_s = poll_interval_s
         self._driver: DriverProcess | None = None
         self._submit: BacklogSubmitHook | None = None
         self._cluster_kill: subprocess.Popen[bytes] | None = None
         self._run_id: str | None = None
+        self._driver_ended = False
         # Set by on_kill, which Airflow calls from a signal handler that does not raise:
         # execute checks it wherever it waits, so a killed task neither goes on nor succeeds.
         self._killed = threading.Event()
@@ -115,7 +130,12 @@ class BacklogLaunchOperator(BaseOperator):
             "launching run %s of job %s: %s", run_id, self.job_name, self.profile.describe()
         )
         self._run_id, self._submit = run_id, submit
-        self._driver = driver = submit.start(self.application, self._log_dir() / f"{run_id}.log")
+        self._driver = driver = submit.start(
+            self.application,
+            self._log_dir() / driver_log.safe_file_name(run_id, ".log"),
+            max_bytes=self.driver_log_max_bytes,
+            backups=self.driver_log_backups,
+        )
         try:
             return self._watch(context, run_id, driver)
         except BaseException:
@@ -202,8 +222,10 @@ class BacklogLaunchOperator(BaseOperator):
         for a while (a pod's grace period, YARN's container shutdown), and a second one
         must not start meanwhile."""
         driver, run_id, submit = self._driver, self._run_id, self._submit
-        if driver is None or run_id is None:
+        if driver is None or run_id is None or self._driver_ended:
             return
+        # Once: on_kill and the failed launch it causes both end the driver.
+        self._driver_ended = True
         driver.end()
         self.log.info("spark-submit of run %s ended (exit code %s)", run_id, driver.exit_code)
         if submit is not None and submit.cluster_mode:

@@ -6,6 +6,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowException
 from sqlalchemy.exc import OperationalError
 
+from airflow_provider_backlog.hooks.driver_log import safe_file_name
 from airflow_provider_backlog.hooks.metrics import BacklogMetricsHook
 from airflow_provider_backlog.hooks.submit import BacklogSubmitHook, DriverProcess, PhaseProfile
 from airflow_provider_backlog.operators.launch import BacklogLaunchOperator, new_run_id
@@ -15,13 +16,13 @@ from tests.airflow_provider_backlog.conftest import CONN_ID
 
 def launch(**kwargs) -> BacklogLaunchOperator:
     defaults = {
+        "job_name": "events",
         "application": "/app/events_pipeline.py",
         "metrics_conn_id": CONN_ID,
         "spark_conn_id": "no_such_spark",
     }
     return BacklogLaunchOperator(
         task_id="launch",
-        job_name="events",
         profile=PhaseProfile("2s", "1min"),
         **(defaults | kwargs),
     )
@@ -142,39 +143,57 @@ def test_in_cluster_mode_killing_the_task_asks_the_cluster_and_keeps_the_lease(
     leases.close()
 
 
+#: A stand-in driver under a real spark-submit: it takes its run's lease as a driver does
+#: (its run id and job name from its JVM's command line), then holds the metrics database
+#: locked, so the launch's next look for the first checkpoint fails for real.
+LOCKING_DRIVER = """
+import os, sqlite3, time
+from spark_jobs.metrics.lease import LeaseStore
+args = open(f"/proc/{os.getppid()}/cmdline").read().split("\\0")
+conf = dict(arg.split("=", 1) for arg in args if arg.startswith("spark.backlog."))
+store = LeaseStore(conf["spark.backlog.metrics.url"])
+store.acquire(conf["spark.backlog.job-name"], "file:///ck", conf["spark.backlog.run-id"], 60)
+store.close()
+lock = sqlite3.connect(conf["spark.backlog.metrics.url"][len("sqlite:///"):], timeout=60)
+lock.isolation_level = None
+lock.execute("PRAGMA locking_mode=EXCLUSIVE")
+lock.execute("BEGIN EXCLUSIVE")
+print("driver pids", os.getpid(), os.getppid(), flush=True)
+time.sleep(300)
+"""
+
+
+@pytest.mark.parametrize("metrics_url", ["sqlite"], indirect=True)
 def test_a_launch_that_fails_after_spark_submit_started_ends_the_driver_and_its_lease(
     connected, tmp_path, monkeypatch
 ):
-    """A database error while waiting for the first checkpoint (injected here, after the
-    driver took its lease as a real one would) must not leave the driver running."""
+    """A real database error while waiting for the first checkpoint ("database is locked",
+    by the driver itself) must not leave the driver running nor its lease held. The job
+    name is one no file may be named after."""
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_LOCAL", '{"conn_type": "spark", "host": "local[1]"}')
-    application = tmp_path / "sleeper.py"
-    application.write_text("import time\ntime.sleep(300)\n")
-    leases = LeaseStore(connected)
-    driver_started = []
-
-    def run_start_fails(self, job_name: str, run_id: str):
-        if not driver_started:
-            leases.acquire(job_name, "file:///ck", run_id, 60)
-            driver_started.append(run_id)
-            return None
-        raise OperationalError("SELECT ...", {}, Exception("could not connect to server"))
-
-    monkeypatch.setattr(BacklogMetricsHook, "run_start", run_start_fails)
+    application = tmp_path / "locking_driver.py"
+    application.write_text(LOCKING_DRIVER)
+    logs = tmp_path / "logs"
     operator = launch(
+        job_name="../My Job/ü",
         spark_conn_id="spark_local",
         application=str(application),
-        driver_log_dir=str(tmp_path / "logs"),
-        poll_interval_s=0.5,
+        driver_log_dir=str(logs),
+        poll_interval_s=0.2,
     )
     try:
-        with pytest.raises(OperationalError, match="could not connect to server"):
+        with pytest.raises(OperationalError, match="database is locked"):
             operator.execute({})
-        assert driver_started, "the launch never waited for its first checkpoint"
-        assert operator._driver is not None and operator._driver.exit_code is not None
-        assert operator._driver.tree() == []
-        assert BacklogMetricsHook(CONN_ID).live_run("events") is None
+        driver = operator._driver
+        assert driver is not None and driver.exit_code is not None
+        line = next(x for x in driver.log_path.read_text().splitlines() if "driver pids" in x)
+        pids = [driver.pid, *map(int, line.split()[-2:])]  # rotator, Python driver, JVM
+        assert not [pid for pid in pids if psutil.pid_exists(pid)]
+        assert driver.tree() == []
+        hook = BacklogMetricsHook(CONN_ID)
+        assert hook.live_run("../My Job/ü") is None
+        assert hook.run_released("../My Job/ü", operator._run_id, 0, 0)
+        assert [path.name for path in logs.iterdir()] == [safe_file_name(operator._run_id, ".log")]
     finally:
         if operator._driver is not None:
             operator._driver.end()
-        leases.close()

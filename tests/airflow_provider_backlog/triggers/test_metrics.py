@@ -1,6 +1,10 @@
 import asyncio
+import contextlib
+import sqlite3
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from airflow.sdk.module_loading import import_string
 
 from airflow_provider_backlog.triggers.metrics import JobExpectationTrigger
@@ -115,3 +119,49 @@ def test_a_driver_that_died_ends_the_wait_with_an_error_naming_it(connected):
         "the driver of job 'events' (run run-1) stopped renewing its lease, which expired at "
     )
     assert event.payload["message"].endswith(": it has died")
+
+
+@contextlib.contextmanager
+def locked(url: str) -> Iterator[None]:
+    """The SQLite database held by another connection in ``BEGIN EXCLUSIVE`` (with exclusive
+    locking, which shuts out readers of a WAL database too): they get "database is locked"
+    after their busy timeout of 5 s."""
+    lock = sqlite3.connect(url.removeprefix("sqlite:///"), timeout=30, isolation_level=None)
+    try:
+        lock.execute("PRAGMA locking_mode=EXCLUSIVE")
+        lock.execute("BEGIN EXCLUSIVE")
+        yield
+    finally:
+        lock.close()
+
+
+@pytest.mark.parametrize("metrics_url", ["sqlite"], indirect=True)
+def test_the_trigger_rides_out_a_locked_database_and_fires_once_it_is_free(connected, capsys):
+    add_checkpoints(connected, "events", "run-1", datetime.now(UTC) - timedelta(seconds=30), "ll")
+    trigger = JobExpectationTrigger(CONN_ID, "events", LIVE_TWICE, 0.05, SINCE, 60.0)
+
+    async def scenario():
+        with locked(connected):
+            waiting = asyncio.ensure_future(anext(trigger.run()))
+            await asyncio.sleep(6.5)  # past the readers' busy timeout
+            assert not waiting.done(), "gave up on a database locked for a moment"
+        return await asyncio.wait_for(waiting, 30)
+
+    event = asyncio.run(scenario())
+    assert event.payload["status"] == "success"
+    log = capsys.readouterr().out  # Airflow's structured log
+    retry = next(line for line in log.splitlines() if "did not answer" in line)
+    assert "warning" in retry and "database is locked" in retry
+
+
+@pytest.mark.parametrize("metrics_url", ["sqlite"], indirect=True)
+def test_a_database_locked_past_the_retry_budget_is_an_error_event_naming_it(connected):
+    trigger = JobExpectationTrigger(CONN_ID, "events", LIVE_TWICE, 0.05, SINCE, 1.0)
+    with locked(connected):
+        event = asyncio.run(asyncio.wait_for(anext(trigger.run()), 60))
+    assert event.payload["status"] == "error"
+    message = event.payload["message"]
+    assert message.startswith(
+        "cannot read the metrics of job 'events' through connection 'metrics_test' (retried for "
+    )
+    assert "database is locked" in message
