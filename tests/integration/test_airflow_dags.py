@@ -349,19 +349,31 @@ def test_on_a_cluster_the_phased_dag_survives_a_lost_worker_relaunches_and_answe
     assert_exactly_once(deployment.dirs, window_s=10.0)
 
 
+def python_workers(task: psutil.Process) -> list[psutil.Process]:
+    """Spark's Python workers under the task: they exist once a batch reads data."""
+    with contextlib.suppress(psutil.Error):
+        tree = task.children(recursive=True)
+        return [p for p in tree if "pyspark.daemon pyspark.worker" in command_line(p)]
+    return []
+
+
 def test_killing_the_launch_task_leaves_no_spark_process_behind(deployment):
     dag_test = deployment.dags_test("backlog_phased")
+    task = psutil.Process(dag_test.pid)
     try:
-        # Killed once a batch has committed, so Spark's Python workers exist too.
-        wait_for(lambda: checkpoints(deployment.dirs), "the first checkpoint", 240, dag_test)
+        # The launch task returns at the first checkpoint, so it is frozen while the first
+        # batch runs (its Python workers exist) and killed after that batch committed.
+        wait_for(lambda: python_workers(task), "the driver's Python workers", 240, dag_test, 0.2)
+        task.suspend()
+        assert not checkpoints(deployment.dirs), "the task was frozen after the first checkpoint"
+        wait_for(lambda: checkpoints(deployment.dirs), "the first checkpoint", 240)
         driver = job_processes(JOB, deployment.data)
         assert len(driver) >= 3, "spark-submit, its JVM and the Python driver"
         # Every process under the task, whatever its command line says.
-        driver += psutil.Process(dag_test.pid).children(recursive=True)
-        workers = [p for p in driver if "pyspark.daemon pyspark.worker" in command_line(p)]
-        assert workers, "the driver's Python workers run"
+        driver += task.children(recursive=True)
         # What Airflow does to a task it kills: SIGTERM, which runs the operator's on_kill.
         os.kill(dag_test.pid, signal.SIGTERM)
+        task.resume()
         dag_test.wait(120)
     finally:
         if dag_test.poll() is None:
