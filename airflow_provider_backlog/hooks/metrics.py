@@ -48,6 +48,12 @@ class JobSnapshot:
 
     ``streak`` counts the latest checkpoints of ``run_id`` in the phase of the last one
     (at most ``MAX_STREAK``).
+
+    :param job_name: The job's name, as its metrics rows give it.
+    :param run_id: The run that committed the latest checkpoint.
+    :param last_committed_at: When that checkpoint was committed: an aware UTC datetime.
+    :param phase: The phase of that checkpoint: ``"live"`` or ``"backlog"``.
+    :param streak: That count of checkpoints: 1 to ``MAX_STREAK`` (1000).
     """
 
     job_name: str
@@ -78,7 +84,15 @@ class JobSnapshot:
 @dataclass(frozen=True)
 class Expectation:
     """What a sensor waits for: a phase held for some checkpoints, or a recent checkpoint,
-    or both. Checked the same way by a poking sensor and by its trigger."""
+    or both. Checked the same way by a poking sensor and by its trigger.
+
+    :param phase: ``"live"`` or ``"backlog"``: the phase the job's latest checkpoints must be
+        in; None (the default) for any phase, and then ``within_s`` must be set.
+    :param checkpoints: How many of the latest checkpoints, all of one run, must be in
+        ``phase``: 1 (the default) to ``MAX_STREAK`` (1000). Only counts with ``phase``.
+    :param within_s: In seconds, above 0: the latest checkpoint must have been committed no
+        longer ago than this; None (the default) for no such condition.
+    """
 
     phase: Phase | None = None
     checkpoints: int = 1
@@ -112,7 +126,15 @@ class Expectation:
 
 @dataclass(frozen=True)
 class LiveRun:
-    """The run that holds a job's lease: its driver renews it and has not let go."""
+    """The run that holds a job's lease: its driver renews it and has not let go.
+
+    :param job_name: The job's name.
+    :param run_id: The run's id.
+    :param checkpoint_location: The checkpoint the lease is held on.
+    :param expires_at: When the lease expires unless the driver renews it, by the metrics
+        database's clock (an aware UTC datetime).
+    :param spark_ui_url: The driver's Spark UI; None when the UI is disabled.
+    """
 
     job_name: str
     run_id: str
@@ -130,7 +152,12 @@ class LiveRun:
 
 @dataclass(frozen=True)
 class RunStart:
-    """A run that has taken its lease and committed its first checkpoint."""
+    """A run that has taken its lease and committed its first checkpoint.
+
+    :param run_id: The run's id.
+    :param first_committed_at: When it committed its first checkpoint (an aware UTC datetime).
+    :param spark_ui_url: The driver's Spark UI; None when the UI is disabled.
+    """
 
     run_id: str
     first_committed_at: datetime
@@ -162,7 +189,11 @@ def is_transient(error: BaseException) -> bool:
 
 class BacklogMetricsHook(DbApiHook):
     """The ``backlog_metrics`` connection: an SQLAlchemy URL (field ``url``), or a SQLite file
-    (field ``host``). A URL without a password takes the connection's password."""
+    (field ``host``). A URL without a password takes the connection's password.
+
+    :param backlog_metrics_conn_id: The id of the ``backlog_metrics`` connection, also taken
+        as the only positional argument; default ``backlog_metrics_default``.
+    """
 
     conn_name_attr = "backlog_metrics_conn_id"
     default_conn_name = "backlog_metrics_default"

@@ -73,6 +73,22 @@ class PhaseProfile:
     the resources spark-submit asks for, plus any other Spark conf.
 
     Validated when the DAG is parsed, by the rules the job applies at startup.
+
+    :param interval: The checkpoint interval (``spark.backlog.checkpointing.interval``): a
+        duration with a unit (``500ms``, ``30s``, ``1min``), from ``1ms`` to ``1d``.
+    :param interval_during_backlog: The checkpoint interval while the job processes a backlog
+        (``spark.backlog.checkpointing.interval-during-backlog``): ``"0"``, or a duration from
+        ``interval`` to ``1d``; None (the default) means the same as ``interval``.
+    :param num_executors: spark-submit's ``--num-executors``: a whole number of at least 1;
+        None (the default) leaves it to Spark, as do the other resources.
+    :param executor_cores: spark-submit's ``--executor-cores``, at least 1.
+    :param total_executor_cores: spark-submit's ``--total-executor-cores``, at least 1.
+    :param executor_memory: spark-submit's ``--executor-memory``: a JVM memory size such as
+        ``512m`` or ``4g``.
+    :param driver_memory: spark-submit's ``--driver-memory``, a JVM memory size too.
+    :param conf: Any other Spark conf; empty by default. Not the interval keys
+        (the fields above) nor ``spark.backlog.job-name``, ``run-id`` or ``metrics.url``,
+        which the launch sets; ``spark.backlog.*`` keys are checked as the job checks them.
     """
 
     interval: str
@@ -144,6 +160,10 @@ class DriverProcess:
 
     ``submits_only``: it submits a driver to the cluster and returns (cluster mode, not
     waiting for the application), so its ending with exit code 0 is no sign of the job's.
+
+    :param process: The process that leads the process group: the ``driver_log`` rotator.
+    :param log_path: The driver's log file; its rotated files are ``<log_path>.1`` and on.
+    :param submits_only: As above; False by default.
     """
 
     process: subprocess.Popen[bytes]
@@ -278,7 +298,29 @@ class BacklogSubmitHook(SparkSubmitHook):
     process group of its own so that a client-mode driver can run on after the task and be
     ended as a whole. Cluster mode is taken on YARN and Kubernetes (a standalone master does
     not run Python applications in cluster mode); with ``detach`` spark-submit then returns
-    once the application is submitted.
+    once the application is submitted. Other keyword arguments go to ``SparkSubmitHook``
+    (e.g. ``py_files``, ``jars``, ``verbose``).
+
+    :param job_name: The job's name (``spark.backlog.job-name`` and spark-submit's
+        ``--name``): 1-200 printable characters.
+    :param run_id: This run's id (``spark.backlog.run-id``): 1-200 printable characters.
+    :param profile: The ``PhaseProfile`` to run in: its intervals, resources and Spark conf.
+    :param metrics_url: The metrics database's SQLAlchemy URL (``spark.backlog.metrics.url``).
+        Its password is kept off the command line and out of the conf: a driver running here
+        gets it in its environment. In cluster mode the database must be one the cluster
+        can reach (not SQLite, not a loopback host), and its password, if any, must reach
+        the driver through ``env_vars`` (``BACKLOG_METRICS_PASSWORD``) or, on Kubernetes, a
+        secret named in the profile's conf.
+    :param conn_id: The Spark connection: master, deploy mode, spark-submit binary; default
+        ``spark_default``. It must exist, and a ``k8s://`` master needs
+        ``apache-airflow-providers-cncf-kubernetes`` installed.
+    :param application_args: Arguments for the application; none by default.
+    :param env_vars: Environment variables for spark-submit and the driver, over this
+        worker's own environment (which it gets without Airflow's ``AIRFLOW__*``,
+        ``AIRFLOW_CONN_*``, ``AIRFLOW_VAR_*`` and ``_AIRFLOW_*`` variables); none by default.
+    :param detach: In cluster mode, have spark-submit return once the application is
+        submitted instead of waiting for it to end (True, the default), unless the profile's
+        conf sets ``waitAppCompletion`` itself. No effect in client mode.
     """
 
     def __init__(

@@ -15,6 +15,17 @@ from spark_jobs.metrics.schema import RECONFIGURE
 
 
 class _JobRequestOperator(BaseOperator):
+    """Sends a request to the running job ``job_name`` and waits for its answer.
+
+    :param job_name: The running job's name. (templated)
+    :param metrics_conn_id: The ``backlog_metrics`` connection whose database the job
+        reads requests from; default ``backlog_metrics_default``.
+    :param answer_timeout: How long a run of the job has to take the request (default
+        2 minutes); if none does, the request is withdrawn and the task fails. A run that
+        took it has 30 seconds more to answer.
+    :param poll_interval_s: Seconds between reads of the request's status; default 1.
+    """
+
     template_fields: tuple[str, ...] = ("job_name",)
 
     def __init__(
@@ -45,6 +56,19 @@ class BacklogReconfigureOperator(_JobRequestOperator):
     rejection fails the task with the coordinator's message, and the job keeps running with
     its old settings. No answer within ``answer_timeout`` (no running job of that name)
     fails the task too. Returns the settings now in force.
+
+    :param interval: The new ``spark.backlog.checkpointing.interval``: a duration with a
+        unit, from ``1ms`` to ``1d``; None (the default) keeps the current one. (templated)
+    :param interval_during_backlog: The new ``interval-during-backlog``: ``0`` (no periodic
+        checkpoint during backlog) or a duration from ``interval`` to ``1d``; None (the
+        default) keeps the current one. At least one of the two must be set. (templated)
+    :param job_name: The running job's name. (templated)
+    :param metrics_conn_id: The ``backlog_metrics`` connection whose database the job
+        reads requests from; default ``backlog_metrics_default``.
+    :param answer_timeout: How long a run of the job has to take the request (default
+        2 minutes); if none does, the request is withdrawn and the task fails. A run that
+        took it has 30 seconds more to answer.
+    :param poll_interval_s: Seconds between reads of the request's status; default 1.
     """
 
     template_fields = ("job_name", "interval", "interval_during_backlog")
@@ -88,7 +112,18 @@ class BacklogReconfigureOperator(_JobRequestOperator):
 class BacklogStopOperator(_JobRequestOperator):
     """Stops the running job ``job_name`` gracefully, right after its next committed
     checkpoint, and waits until its driver has ended (let go of its lease) within
-    ``stop_timeout``. Its checkpoint is then ready for the next launch."""
+    ``stop_timeout``. Its checkpoint is then ready for the next launch.
+
+    :param stop_timeout: How long its driver may take, once it has agreed to stop, to end and
+        let go of its lease (default 5 minutes); past it the task fails.
+    :param job_name: The running job's name. (templated)
+    :param metrics_conn_id: The ``backlog_metrics`` connection whose database the job
+        reads requests from; default ``backlog_metrics_default``.
+    :param answer_timeout: How long a run of the job has to take the request (default
+        2 minutes); if none does, the request is withdrawn and the task fails. A run that
+        took it has 30 seconds more to answer.
+    :param poll_interval_s: Seconds between reads of the request's status; default 1.
+    """
 
     def __init__(self, *, stop_timeout: timedelta = timedelta(minutes=5), **kwargs: Any):
         super().__init__(**kwargs)

@@ -46,6 +46,34 @@ class BacklogLaunchOperator(BaseOperator):
     The driver's output goes to ``<driver_log_dir>/<run id>-<hash>.log`` (the run id made
     safe as a file name), rotated at ``driver_log_max_bytes`` with ``driver_log_backups``
     older files kept, so that a job running for days cannot fill the log folder.
+
+    :param job_name: The job's name in its metrics, its lease and spark-submit's ``--name``:
+        1-200 printable characters. (templated)
+    :param application: The job's Python file, as spark-submit takes it. (templated)
+    :param profile: The ``PhaseProfile`` to run in: checkpoint intervals, resources, Spark
+        conf. Anything else raises TypeError.
+    :param application_args: Arguments for the application, each passed as a string; none
+        by default. (templated)
+    :param spark_conn_id: The Spark connection: master, deploy mode, spark-submit binary;
+        default ``spark_default``. It must exist.
+    :param metrics_conn_id: The ``backlog_metrics`` connection whose database the job writes
+        to and the task reads; default ``backlog_metrics_default``.
+    :param detach: True (the default): return once the run has committed its first
+        checkpoint and leave the job running (in cluster mode, spark-submit also returns
+        once it has submitted it). False: follow the driver's log into the task's log until
+        the job ends; the task fails if the job does not end with exit code 0.
+    :param startup_timeout: How long the run may take to commit its first checkpoint
+        (default 10 minutes); past it the driver is ended and the task fails.
+    :param env_vars: Environment variables for spark-submit and the driver, over the
+        worker's own, which it gets without Airflow's ``AIRFLOW__*``, ``AIRFLOW_CONN_*``,
+        ``AIRFLOW_VAR_*`` and ``_AIRFLOW_*`` variables unless named here; none by default.
+        (templated)
+    :param driver_log_dir: The folder of the drivers' logs; default ``backlog-drivers`` in
+        Airflow's ``[logging] base_log_folder``.
+    :param driver_log_max_bytes: The size in bytes at which the driver's log is rotated: at
+        least 1024; default 100 MiB.
+    :param driver_log_backups: How many rotated files are kept: at least 1; default 5.
+    :param poll_interval_s: Seconds between checks for the run's first checkpoint; default 2.
     """
 
     template_fields = ("job_name", "application", "application_args", "env_vars")
@@ -282,7 +310,13 @@ class BacklogRelaunchOperator(BacklogLaunchOperator):
     """Relaunches ``job_name`` with the next phase's ``profile``: stops the running run
     right after a committed checkpoint, waits until its driver has ended, then launches
     the job again from the same checkpoint (the same ``application_args``). Without a
-    running run it just launches."""
+    running run it just launches. It takes every argument of ``BacklogLaunchOperator`` too.
+
+    :param answer_timeout: How long a run of the job has to take the stop request (default
+        2 minutes); if none does, the request is withdrawn and the task fails.
+    :param stop_timeout: How long its driver may take, once it has agreed to stop, to end and
+        let go of its lease (default 5 minutes); past it the task fails, launching nothing.
+    """
 
     def __init__(
         self,

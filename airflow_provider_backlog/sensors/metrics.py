@@ -28,6 +28,21 @@ from spark_jobs.backlog.secrets import redact_text
 
 
 class _JobSensor(BaseSensorOperator):
+    """Waits until the job ``job_name`` meets ``expectation``; fails if its driver died or its
+    run ended while it was awaited.
+
+    :param job_name: The job's name. (templated)
+    :param expectation: What to wait for: an ``Expectation``.
+    :param metrics_conn_id: The ``backlog_metrics`` connection whose database the job writes
+        its checkpoints to; default ``backlog_metrics_default``.
+    :param deferrable: True (the default): after a first check, defer to the triggerer,
+        which polls without holding a worker slot. False: poke (use ``mode="reschedule"``).
+    :param poke_interval: Seconds (or a timedelta) between checks, deferred or not; default 30.
+    :param database_retry_timeout: How long a metrics database that does not answer is asked
+        again before the sensor fails (default 5 minutes). When poking in reschedule mode,
+        each poke starts afresh and the sensor's ``timeout`` bounds the retries instead.
+    """
+
     template_fields = ("job_name",)
 
     def __init__(
@@ -113,7 +128,21 @@ class _JobSensor(BaseSensorOperator):
 
 class BacklogPhaseSensor(_JobSensor):
     """Waits until ``job_name`` is in ``phase`` (``live`` or ``backlog``) for its last
-    ``for_checkpoints`` checkpoints of one run."""
+    ``for_checkpoints`` checkpoints of one run.
+
+    :param job_name: The job's name. (templated)
+    :param phase: ``"live"`` or ``"backlog"``; anything else raises ValueError.
+    :param for_checkpoints: How many of the latest checkpoints, all of one run, must be in
+        ``phase``: 1 (the default) to 1000.
+    :param metrics_conn_id: The ``backlog_metrics`` connection whose database the job writes
+        its checkpoints to; default ``backlog_metrics_default``.
+    :param deferrable: True (the default): after a first check, defer to the triggerer,
+        which polls without holding a worker slot. False: poke (use ``mode="reschedule"``).
+    :param poke_interval: Seconds (or a timedelta) between checks, deferred or not; default 30.
+    :param database_retry_timeout: How long a metrics database that does not answer is asked
+        again before the sensor fails (default 5 minutes). When poking in reschedule mode,
+        each poke starts afresh and the sensor's ``timeout`` bounds the retries instead.
+    """
 
     def __init__(self, *, job_name: str, phase: Phase, for_checkpoints: int = 1, **kwargs: Any):
         super().__init__(
@@ -122,7 +151,19 @@ class BacklogPhaseSensor(_JobSensor):
 
 
 class BacklogFreshnessSensor(_JobSensor):
-    """Waits until ``job_name`` has committed a checkpoint within ``within``."""
+    """Waits until ``job_name`` has committed a checkpoint within ``within``.
+
+    :param job_name: The job's name. (templated)
+    :param within: How recent the latest checkpoint must be: a timedelta, or seconds; above 0.
+    :param metrics_conn_id: The ``backlog_metrics`` connection whose database the job writes
+        its checkpoints to; default ``backlog_metrics_default``.
+    :param deferrable: True (the default): after a first check, defer to the triggerer,
+        which polls without holding a worker slot. False: poke (use ``mode="reschedule"``).
+    :param poke_interval: Seconds (or a timedelta) between checks, deferred or not; default 30.
+    :param database_retry_timeout: How long a metrics database that does not answer is asked
+        again before the sensor fails (default 5 minutes). When poking in reschedule mode,
+        each poke starts afresh and the sensor's ``timeout`` bounds the retries instead.
+    """
 
     def __init__(self, *, job_name: str, within: timedelta | float, **kwargs: Any):
         seconds = within.total_seconds() if isinstance(within, timedelta) else float(within)

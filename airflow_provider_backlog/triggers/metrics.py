@@ -25,7 +25,17 @@ class JobExpectationTrigger(BaseTrigger):
     (which fails the task, naming the cause) if the job's driver died or its run ended after
     ``since`` (ISO time the wait began), or if the database cannot be read: at once for an
     error of the query, after ``database_retry_timeout_s`` of retries with backoff for a
-    database that does not answer (restarting, unreachable, locked)."""
+    database that does not answer (restarting, unreachable, locked).
+
+    :param metrics_conn_id: The ``backlog_metrics`` connection to read.
+    :param job_name: The job's name.
+    :param expectation: The ``Expectation``'s fields, as ``dataclasses.asdict`` gives them.
+    :param poll_interval_s: Seconds between polls; also the first wait before asking a
+        database that did not answer again, doubled on each try up to 30 seconds.
+    :param since: When the wait began, as an ISO 8601 time with its offset.
+    :param database_retry_timeout_s: Seconds a database that does not answer is asked again
+        before the error event; default 300.
+    """
 
     def __init__(
         self,
