@@ -4,7 +4,7 @@ Pure, like Flink's ``CheckpointRequestDecider``: it is told about committed batc
 status changes, reads time only from the injected clock, and returns decisions. The
 coordinator owns the timers, the I/O and Spark.
 
-Translation of FLIP-309 to micro-batches (the README has the reasoning):
+Translation of FLIP-309 to micro-batches (docs/concepts.md has the reasoning):
 - backlog: batches back to back, each sized from the measured throughput to take about
   ``interval-during-backlog``; with ``0`` the largest batch the row cap allows;
 - real time: one batch per ``interval`` (start to start) with everything that arrived;

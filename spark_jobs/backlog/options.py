@@ -254,6 +254,8 @@ def render_page() -> str:
             "changing the options, run: python -m spark_jobs.backlog.options > "
             "docs/configuration.md -->",
             "",
+            "[Documentation](index.md)",
+            "",
             "Spark conf, so `spark-submit --conf` and Airflow's `SparkSubmitOperator(conf=...)`",
             "set it. Every invalid value fails before the query starts, with a message naming",
             "the key, the value (its secrets hidden) and what is allowed; all problems are",
