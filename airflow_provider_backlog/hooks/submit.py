@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import IO, Any
 
 import psutil
-from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.sdk.exceptions import AirflowException, AirflowNotFoundException
 from sqlalchemy import make_url
 
@@ -43,6 +42,20 @@ from spark_jobs.backlog.config import (
 )
 from spark_jobs.backlog.secrets import SPARK_REDACTION_REGEX
 from spark_jobs.metrics.schema import METRICS_PASSWORD_ENV, split_password
+
+# The Spark provider requires pyspark-client, which installs into the same pyspark/ folder
+# as the full pyspark (the driver needs its jars) and has no release matching it, so the
+# provider is installed on its own, without its dependencies.
+SPARK_PROVIDER_MISSING = (
+    "airflow-provider-backlog launches jobs through apache-airflow-providers-apache-spark, "
+    "which is not installed. Install it without its dependencies, since it requires "
+    "pyspark-client, which would overwrite the full pyspark the job needs: pip install "
+    "--no-deps apache-airflow-providers-apache-spark==6.3.4"
+)
+try:
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+except ModuleNotFoundError as missing:
+    raise ModuleNotFoundError(SPARK_PROVIDER_MISSING) from missing
 
 logger = logging.getLogger(__name__)
 

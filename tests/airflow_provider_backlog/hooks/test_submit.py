@@ -1,13 +1,16 @@
 import json
 import os
+import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
 from airflow.sdk.exceptions import AirflowException
 
+from airflow_provider_backlog.hooks import submit
 from airflow_provider_backlog.hooks.submit import BacklogSubmitHook, DriverProcess, PhaseProfile
 from spark_jobs.backlog.secrets import SPARK_REDACTION_REGEX
 
@@ -347,3 +350,25 @@ def test_spark_redacts_our_secrets_unless_the_profile_says_otherwise(local_spark
         conf_of(hook(profile=own)._build_spark_submit_command("app.py"))["spark.redaction.regex"]
         == "(?i)secret|mine"
     )
+
+
+def test_without_the_spark_provider_the_import_says_how_to_install_it():
+    """The provider is installed apart from its dependencies, so it can be missing."""
+    module = "airflow.providers.apache.spark.hooks.spark_submit"
+    blocked = f"import sys; sys.modules[{module!r}] = None\n"
+    result = subprocess.run(
+        [sys.executable, "-c", blocked + "import airflow_provider_backlog.hooks.submit"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode != 0
+    last_line = result.stderr.strip().splitlines()[-1]
+    assert last_line == f"ModuleNotFoundError: {submit.SPARK_PROVIDER_MISSING}"
+
+
+def test_the_spark_provider_named_in_the_error_is_the_pinned_one():
+    constraints = (Path(__file__).resolve().parents[3] / "constraints.txt").read_text()
+    pinned = re.search(r"^apache-airflow-providers-apache-spark==\S+$", constraints, re.M)
+    assert pinned is not None
+    assert submit.SPARK_PROVIDER_MISSING.endswith(pinned.group())
