@@ -106,6 +106,7 @@ with DAG(
         job_name=JOB,
         phase="live",
         for_checkpoints=2,
+        deferrable=True,  # a streaming job's wait can last hours
         poke_interval=5,
         timeout=timedelta(hours=12).total_seconds(),
     )
@@ -120,6 +121,7 @@ with DAG(
         task_id="watch_freshness",
         job_name=JOB,
         within=timedelta(seconds=30),
+        deferrable=True,
         poke_interval=5,
         timeout=timedelta(minutes=10).total_seconds(),
     )

@@ -39,6 +39,7 @@ with DAG(
         task_id="wait_until_running",
         job_name=JOB,
         within=timedelta(minutes=1),
+        deferrable=True,
         poke_interval=5,
         timeout=timedelta(minutes=10).total_seconds(),
     )
@@ -52,6 +53,7 @@ with DAG(
         task_id="watch_freshness",
         job_name=JOB,
         within=timedelta(minutes=2),
+        deferrable=True,
         poke_interval=5,
         timeout=timedelta(minutes=10).total_seconds(),
     )

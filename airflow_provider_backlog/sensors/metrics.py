@@ -1,6 +1,7 @@
 """Waiting for a phased job: until it is live (or in backlog) for some checkpoints, or until
-it has committed a checkpoint recently. Deferrable by default: the triggerer polls and no
-worker slot is held; ``deferrable=False`` pokes instead (use ``mode="reschedule"``). A
+it has committed a checkpoint recently. Deferrable as Airflow's ``[operators]
+default_deferrable`` says, or as ``deferrable`` asks: the triggerer polls and no worker slot
+is held; otherwise the sensor pokes (use ``mode="reschedule"``). A
 metrics database that does not answer (restarting, unreachable) is asked again, with
 backoff, for ``database_retry_timeout`` (default 5 minutes) before the sensor fails."""
 
@@ -10,6 +11,7 @@ from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from airflow.configuration import conf
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException
 
@@ -35,8 +37,9 @@ class _JobSensor(BaseSensorOperator):
     :param expectation: What to wait for: an ``Expectation``.
     :param metrics_conn_id: The ``backlog_metrics`` connection whose database the job writes
         its checkpoints to; default ``backlog_metrics_default``.
-    :param deferrable: True (the default): after a first check, defer to the triggerer,
-        which polls without holding a worker slot. False: poke (use ``mode="reschedule"``).
+    :param deferrable: True: after a first check, defer to the triggerer, which polls
+        without holding a worker slot. False: poke (use ``mode="reschedule"``). Default:
+        Airflow's ``[operators] default_deferrable``.
     :param poke_interval: Seconds (or a timedelta) between checks, deferred or not; default 30.
     :param database_retry_timeout: How long a metrics database that does not answer is asked
         again before the sensor fails (default 5 minutes). When poking in reschedule mode,
@@ -51,7 +54,7 @@ class _JobSensor(BaseSensorOperator):
         job_name: str,
         expectation: Expectation,
         metrics_conn_id: str = BacklogMetricsHook.default_conn_name,
-        deferrable: bool = True,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         poke_interval: timedelta | float = 30.0,
         database_retry_timeout: timedelta = timedelta(seconds=DEFAULT_DATABASE_RETRY_TIMEOUT_S),
         **kwargs: Any,
@@ -136,8 +139,9 @@ class BacklogPhaseSensor(_JobSensor):
         ``phase``: 1 (the default) to 1000.
     :param metrics_conn_id: The ``backlog_metrics`` connection whose database the job writes
         its checkpoints to; default ``backlog_metrics_default``.
-    :param deferrable: True (the default): after a first check, defer to the triggerer,
-        which polls without holding a worker slot. False: poke (use ``mode="reschedule"``).
+    :param deferrable: True: after a first check, defer to the triggerer, which polls
+        without holding a worker slot. False: poke (use ``mode="reschedule"``). Default:
+        Airflow's ``[operators] default_deferrable``.
     :param poke_interval: Seconds (or a timedelta) between checks, deferred or not; default 30.
     :param database_retry_timeout: How long a metrics database that does not answer is asked
         again before the sensor fails (default 5 minutes). When poking in reschedule mode,
@@ -157,8 +161,9 @@ class BacklogFreshnessSensor(_JobSensor):
     :param within: How recent the latest checkpoint must be: a timedelta, or seconds; above 0.
     :param metrics_conn_id: The ``backlog_metrics`` connection whose database the job writes
         its checkpoints to; default ``backlog_metrics_default``.
-    :param deferrable: True (the default): after a first check, defer to the triggerer,
-        which polls without holding a worker slot. False: poke (use ``mode="reschedule"``).
+    :param deferrable: True: after a first check, defer to the triggerer, which polls
+        without holding a worker slot. False: poke (use ``mode="reschedule"``). Default:
+        Airflow's ``[operators] default_deferrable``.
     :param poke_interval: Seconds (or a timedelta) between checks, deferred or not; default 30.
     :param database_retry_timeout: How long a metrics database that does not answer is asked
         again before the sensor fails (default 5 minutes). When poking in reschedule mode,

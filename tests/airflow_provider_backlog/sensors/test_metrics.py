@@ -1,3 +1,6 @@
+import os
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -47,7 +50,10 @@ def test_a_deferrable_sensor_hands_the_wait_to_the_triggerer(connected):
     add_checkpoints(connected, "events", "run-1", datetime.now(UTC), "bl")
     with pytest.raises(TaskDeferred) as deferred:
         live_sensor(
-            poke_interval=5, timeout=600, database_retry_timeout=timedelta(minutes=2)
+            deferrable=True,
+            poke_interval=5,
+            timeout=600,
+            database_retry_timeout=timedelta(minutes=2),
         ).execute({})
     trigger = deferred.value.trigger
     assert isinstance(trigger, JobExpectationTrigger)
@@ -67,7 +73,7 @@ def test_a_deferrable_sensor_hands_the_wait_to_the_triggerer(connected):
 
 def test_a_deferrable_sensor_whose_wait_is_over_does_not_defer(connected):
     add_checkpoints(connected, "events", "run-1", datetime.now(UTC), "ll")
-    assert live_sensor().execute({})["streak"] == 2
+    assert live_sensor(deferrable=True).execute({})["streak"] == 2
 
 
 def test_an_error_event_fails_the_task_with_its_message():
@@ -129,3 +135,17 @@ def test_poking_rides_out_a_database_away_for_its_retry_budget(tmp_path, monkeyp
         with pytest.raises(OSError):
             impatient.poke({})
     assert patient.poke({}).is_done
+
+
+@pytest.mark.parametrize("setting", ["True", "False"])
+def test_deferring_by_default_follows_airflows_default_deferrable(setting):
+    """As in the official providers; read when the module is imported, so in a fresh one."""
+    script = (
+        "from airflow_provider_backlog.sensors.metrics import BacklogPhaseSensor\n"
+        "print(BacklogPhaseSensor(task_id='t', job_name='j', phase='live').deferrable)"
+    )
+    environment = os.environ | {"AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE": setting}
+    result = subprocess.run(
+        [sys.executable, "-c", script], env=environment, capture_output=True, text=True
+    )
+    assert result.stdout.strip() == setting, result.stderr
