@@ -494,6 +494,25 @@ class BacklogSubmitHook(SparkSubmitHook):
                 return command
         return None
 
+    def start_cluster_kill(self, log_path: Path) -> subprocess.Popen[bytes] | None:
+        """Start the kill of the application spark-submit submitted (``cluster_kill_command``),
+        its output appended to ``log_path``, and leave it running: it starts a JVM and waits
+        for the cluster, longer than Airflow's 5 s between SIGTERM and SIGKILL. None when
+        the log names no application yet; raises OSError when the command cannot start."""
+        command = self.cluster_kill_command(log_path)
+        if command is None:
+            return None
+        self.log.info("asking the cluster to kill the application: %s", " ".join(command))
+        with log_path.open("ab") as log:
+            return subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self.submit_environment(),
+                start_new_session=True,
+            )
+
     def _kill_command(self, text: str) -> list[str] | None:
         """The kill command for what spark-submit's output ``text`` names, if anything."""
         if self._is_yarn:

@@ -4,6 +4,7 @@ without a restart, or stop it gracefully. The job's coordinator answers each req
 from __future__ import annotations
 
 from datetime import timedelta
+from functools import cached_property
 from typing import Any
 
 from airflow.sdk import BaseOperator
@@ -43,7 +44,7 @@ class _JobRequestOperator(BaseOperator):
         self.answer_timeout = answer_timeout
         self.poll_interval_s = poll_interval_s
 
-    @property
+    @cached_property
     def hook(self) -> BacklogMetricsHook:
         return BacklogMetricsHook(self.metrics_conn_id)
 

@@ -7,6 +7,7 @@ import threading
 import time
 import uuid
 from datetime import timedelta
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -128,7 +129,7 @@ class BacklogLaunchOperator(BaseOperator):
         # execute checks it wherever it waits, so a killed task neither goes on nor succeeds.
         self._killed = threading.Event()
 
-    @property
+    @cached_property
     def metrics(self) -> BacklogMetricsHook:
         return BacklogMetricsHook(self.metrics_conn_id)
 
@@ -260,7 +261,9 @@ class BacklogLaunchOperator(BaseOperator):
             self._kill_in_cluster(submit, driver, run_id)
             return
         try:
-            released = self.metrics.release(self.job_name, run_id)
+            # A hook of its own: on_kill runs in a signal handler, which may have interrupted
+            # the task's hook in the middle of its connection pool.
+            released = BacklogMetricsHook(self.metrics_conn_id).release(self.job_name, run_id)
         except Exception as error:  # the database may be what failed the launch
             self.log.warning(
                 "run %s: its lease was not released (%s); it expires within its time to live",
@@ -274,34 +277,22 @@ class BacklogLaunchOperator(BaseOperator):
     def _kill_in_cluster(
         self, submit: BacklogSubmitHook, driver: DriverProcess, run_id: str
     ) -> None:
-        """Start the cluster's kill command and leave it running: it starts a JVM and waits
-        for the cluster, longer than Airflow's 5 s between SIGTERM and SIGKILL."""
-        command = submit.cluster_kill_command(driver.log_path)
-        if command is None:
+        try:
+            self._cluster_kill = submit.start_cluster_kill(driver.log_path)
+        except OSError as error:
+            self.log.warning("run %s: the cluster's kill command failed: %s", run_id, error)
+            return
+        if self._cluster_kill is None:
             self.log.warning(
                 "run %s: spark-submit's log names no application to kill; stop it in the "
                 "cluster, its lease expires once its driver is gone",
                 run_id,
             )
             return
-        with driver.log_path.open("ab") as log:
-            try:
-                self._cluster_kill = subprocess.Popen(
-                    command,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    env=submit.submit_environment(),
-                    start_new_session=True,
-                )
-            except OSError as error:
-                self.log.warning("run %s: %s failed: %s", run_id, " ".join(command), error)
-                return
         self.log.info(
-            "run %s: asked the cluster to kill it (%s; output in %s); its lease expires once "
+            "run %s: asked the cluster to kill it (output in %s); its lease expires once "
             "its driver is gone",
             run_id,
-            " ".join(command),
             driver.log_path,
         )
 
