@@ -21,11 +21,11 @@ from datetime import timedelta
 
 from airflow.sdk import DAG, Param
 
-from airflow_provider_backlog.hooks.submit import PhaseProfile
 from airflow_provider_backlog.operators.launch import (
     BacklogLaunchOperator,
     BacklogRelaunchOperator,
 )
+from airflow_provider_backlog.profiles import PhaseProfile
 from airflow_provider_backlog.sensors.metrics import BacklogFreshnessSensor, BacklogPhaseSensor
 
 #: The job's spark-submit entry file, wherever the project is installed.

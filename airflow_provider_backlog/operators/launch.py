@@ -17,8 +17,9 @@ from airflow.sdk.exceptions import AirflowException
 
 from airflow_provider_backlog.hooks import driver_log
 from airflow_provider_backlog.hooks.metrics import BacklogMetricsHook, RunStart
-from airflow_provider_backlog.hooks.submit import BacklogSubmitHook, DriverProcess, PhaseProfile
+from airflow_provider_backlog.hooks.submit import BacklogSubmitHook, DriverProcess
 from airflow_provider_backlog.links.spark_ui import SPARK_UI_XCOM_KEY, SparkUILink
+from airflow_provider_backlog.profiles import PhaseProfile
 from spark_jobs.backlog.secrets import redact_text
 
 

@@ -20,20 +20,18 @@ from airflow.providers.common.sql.hooks.sql import DbApiHook
 import airflow_provider_backlog
 
 PROVIDER = airflow_provider_backlog.__name__
-PACKAGES = ("hooks", "operators", "sensors", "triggers", "links")
 #: ``:param name:`` or ``:param type name:``; the name is the last word before the colon.
 _PARAM_LINE = re.compile(r"^\s*:param\s+([^:\n]+):", re.MULTILINE)
 _UNNAMED = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
 
 
 def provider_modules() -> list[ModuleType]:
-    """Every module of the provider's hooks, operators, sensors, triggers and links."""
-    modules = []
-    for package_name in PACKAGES:
-        package = importlib.import_module(f"{PROVIDER}.{package_name}")
-        for info in pkgutil.iter_modules(package.__path__, f"{package.__name__}."):
-            modules.append(importlib.import_module(info.name))
-    return modules
+    """Every module of the provider: hooks, operators, sensors, triggers, links, profiles."""
+    package = importlib.import_module(PROVIDER)
+    return [
+        importlib.import_module(info.name)
+        for info in pkgutil.walk_packages(package.__path__, f"{PROVIDER}.")
+    ]
 
 
 def provider_classes() -> list[type]:

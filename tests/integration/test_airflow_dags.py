@@ -25,9 +25,9 @@ import sqlalchemy as sa
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_provider_backlog.hooks.metrics import BacklogMetricsHook
-from airflow_provider_backlog.hooks.submit import PhaseProfile
 from airflow_provider_backlog.operators.control import BacklogReconfigureOperator
 from airflow_provider_backlog.operators.launch import BacklogLaunchOperator
+from airflow_provider_backlog.profiles import PhaseProfile
 from airflow_provider_backlog.triggers.metrics import JobExpectationTrigger
 from spark_jobs.demo.airflow_demo import airflow, airflow_environment, task_states
 from spark_jobs.demo.cluster import StandaloneCluster

@@ -8,8 +8,9 @@ from sqlalchemy.exc import OperationalError
 
 from airflow_provider_backlog.hooks.driver_log import safe_file_name
 from airflow_provider_backlog.hooks.metrics import BacklogMetricsHook
-from airflow_provider_backlog.hooks.submit import BacklogSubmitHook, DriverProcess, PhaseProfile
+from airflow_provider_backlog.hooks.submit import BacklogSubmitHook, DriverProcess
 from airflow_provider_backlog.operators.launch import BacklogLaunchOperator, new_run_id
+from airflow_provider_backlog.profiles import PhaseProfile
 from spark_jobs.metrics.lease import LeaseStore
 from tests.airflow_provider_backlog.conftest import CONN_ID
 
