@@ -31,26 +31,13 @@ from airflow.sdk.exceptions import AirflowException, AirflowNotFoundException
 from sqlalchemy import make_url
 
 from airflow_provider_backlog.hooks import driver_log
+from airflow_provider_backlog.hooks.spark_submit_adapter import SparkSubmitAdapter
 from airflow_provider_backlog.profiles import PhaseProfile
 from spark_jobs.backlog.config import (
     BacklogConfig,
 )
 from spark_jobs.backlog.secrets import SPARK_REDACTION_REGEX
 from spark_jobs.metrics.schema import METRICS_PASSWORD_ENV, split_password
-
-# The Spark provider requires pyspark-client, which installs into the same pyspark/ folder
-# as the full pyspark (the driver needs its jars) and has no release matching it, so the
-# provider is installed on its own, without its dependencies.
-SPARK_PROVIDER_MISSING = (
-    "airflow-provider-backlog launches jobs through apache-airflow-providers-apache-spark, "
-    "which is not installed. Install it without its dependencies, since it requires "
-    "pyspark-client, which would overwrite the full pyspark the job needs: pip install "
-    "--no-deps apache-airflow-providers-apache-spark==6.3.4"
-)
-try:
-    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
-except ModuleNotFoundError as missing:
-    raise ModuleNotFoundError(SPARK_PROVIDER_MISSING) from missing
 
 logger = logging.getLogger(__name__)
 
@@ -206,7 +193,7 @@ class DriverProcess:
             log.close()
 
 
-class BacklogSubmitHook(SparkSubmitHook):
+class BacklogSubmitHook(SparkSubmitAdapter):
     """``SparkSubmitHook`` for one run of a backlog-aware job in one ``PhaseProfile``.
 
     Unlike the plain hook, it refuses a Spark connection that does not exist (the plain hook
@@ -284,27 +271,27 @@ class BacklogSubmitHook(SparkSubmitHook):
             **kwargs,
         )
         # Our keys in Spark's UI and event log: the user's own rule stands.
-        self._conf.setdefault("spark.redaction.regex", SPARK_REDACTION_REGEX)
-        self.cluster_mode = self._connection["deploy_mode"] == "cluster"
+        self.spark_conf.setdefault("spark.redaction.regex", SPARK_REDACTION_REGEX)
+        self.cluster_mode = self.deploy_mode == "cluster"
         self.submits_only = False
         if self.cluster_mode:
             self._check_cluster_mode(conn_id, metrics_url, env_vars or {})
             wait_key = (
                 "spark.yarn.submit.waitAppCompletion"
-                if self._is_yarn
+                if self.is_yarn
                 else "spark.kubernetes.submission.waitAppCompletion"
             )
             if detach:  # spark-submit returns once submitted; the metrics tell the rest
-                self._conf.setdefault(wait_key, "false")
-            self.submits_only = str(self._conf.get(wait_key, "true")).lower() == "false"
+                self.spark_conf.setdefault(wait_key, "false")
+            self.submits_only = str(self.spark_conf.get(wait_key, "true")).lower() == "false"
 
     def _check_cluster_mode(
         self, conn_id: str, metrics_url: str, env_vars: Mapping[str, str]
     ) -> None:
         """The driver will run in the cluster: it needs a master that runs Python drivers
         there, a metrics database it can reach, and the password from the cluster."""
-        master = self._connection["master"]
-        if not (self._is_yarn or self._is_kubernetes):
+        master = self.master
+        if not (self.is_yarn or self.is_kubernetes):
             raise AirflowException(
                 f"Spark connection {conn_id!r} asks for deploy mode 'cluster' on master "
                 f"{master!r}; cluster mode runs Python applications on YARN and Kubernetes "
@@ -319,7 +306,7 @@ class BacklogSubmitHook(SparkSubmitHook):
             )
         if self._metrics_password is None or METRICS_PASSWORD_ENV in env_vars:
             return
-        if self._is_kubernetes and K8S_PASSWORD_SECRET in self._conf:
+        if self.is_kubernetes and K8S_PASSWORD_SECRET in self.spark_conf:
             return
         raise AirflowException(
             "the metrics connection has a password, which a driver in the cluster cannot get "
@@ -330,8 +317,8 @@ class BacklogSubmitHook(SparkSubmitHook):
             "spark-submit's command line and in the application's launch context)"
         )
 
-    def _get_spark_binary_path(self) -> list[str]:
-        binary = self._connection["spark_binary"]
+    def spark_binary_path(self) -> list[str]:
+        binary = self.spark_binary
         found = shutil.which(binary) or shutil.which(binary, path=os.path.dirname(sys.executable))
         if found is None:
             raise AirflowException(
@@ -351,7 +338,7 @@ class BacklogSubmitHook(SparkSubmitHook):
         """Start spark-submit in its own process group, its output going to ``log_path``,
         rotated at ``max_bytes`` with ``backups`` older files kept."""
         driver = DriverProcess.start(
-            self._build_spark_submit_command(application),
+            self.submit_command(application),
             log_path,
             env=self.submit_environment(),
             max_bytes=max_bytes,
@@ -376,8 +363,8 @@ class BacklogSubmitHook(SparkSubmitHook):
         env = {k: v for k, v in os.environ.items() if not k.startswith(_AIRFLOW_ONLY)}
         if self.cluster_mode:  # spark-submit would hand this host's interpreter to the cluster
             local = {k: v for k, v in env.items() if k not in _LOCAL_PYTHON}
-            return {**local, **(self._env_vars or {})}
-        env.update(self._env_vars or {})
+            return {**local, **self.extra_env}
+        env.update(self.extra_env)
         # Executors' Python workers need an interpreter with the job's code: this one,
         # unless the deployment says otherwise.
         env.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -419,7 +406,7 @@ class BacklogSubmitHook(SparkSubmitHook):
 
     def _kill_command(self, text: str) -> list[str] | None:
         """The kill command for what spark-submit's output ``text`` names, if anything."""
-        if self._is_yarn:
+        if self.is_yarn:
             found = _YARN_APPLICATION.search(text)
             return ["yarn", "application", "-kill", found.group(0)] if found else None
         submission = _K8S_SUBMISSION.search(text)
@@ -427,14 +414,14 @@ class BacklogSubmitHook(SparkSubmitHook):
             pod = _K8S_DRIVER_POD.search(text)
             if pod is None:
                 return None
-            namespace = self._connection["namespace"] or "default"
+            namespace = self.kubernetes_namespace or "default"
             target = f"{namespace}:{pod.group(1)}"
         else:
             target = submission.group(1)
         return [
-            *self._get_spark_binary_path(),
+            *self.spark_binary_path(),
             "--master",
-            self._connection["master"],
+            self.master,
             "--kill",
             target,
         ]

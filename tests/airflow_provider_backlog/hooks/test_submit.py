@@ -1,16 +1,13 @@
 import json
 import os
-import re
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import psutil
 import pytest
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_provider_backlog.hooks import submit
 from airflow_provider_backlog.hooks.submit import BacklogSubmitHook, DriverProcess
 from airflow_provider_backlog.profiles import PhaseProfile
 from spark_jobs.backlog.secrets import SPARK_REDACTION_REGEX
@@ -36,7 +33,7 @@ def hook(**kwargs) -> BacklogSubmitHook:
 
 
 def test_the_command_carries_the_profile_the_run_and_the_connections_master(local_spark):
-    command = hook()._build_spark_submit_command("/app/events_pipeline.py")
+    command = hook().submit_command("/app/events_pipeline.py")
     assert command[0] == os.path.join(os.path.dirname(sys.executable), "spark-submit")
     assert command[1:3] == ["--master", "local[2]"]
     pairs = {command[i + 1] for i, arg in enumerate(command) if arg == "--conf"}
@@ -56,7 +53,7 @@ def test_the_command_carries_the_profile_the_run_and_the_connections_master(loca
 def test_spark_submit_is_found_next_to_the_interpreter_when_not_on_path(local_spark, monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
     spark_submit = os.path.join(os.path.dirname(sys.executable), "spark-submit")
-    assert hook()._build_spark_submit_command("app.py")[0] == spark_submit
+    assert hook().submit_command("app.py")[0] == spark_submit
 
 
 def test_a_missing_spark_connection_is_an_error_not_yarn():
@@ -95,7 +92,7 @@ def test_cluster_mode_on_yarn_and_kubernetes_submits_and_returns(monkeypatch, ma
         metrics_url=REACHABLE_METRICS,
         env_vars={"BACKLOG_METRICS_PASSWORD": "secret"},
     )
-    command = submit._build_spark_submit_command("/app/events_pipeline.py")
+    command = submit.submit_command("/app/events_pipeline.py")
     assert command[command.index("--deploy-mode") + 1] == "cluster"
     conf = conf_of(command)
     assert conf[wait_key] == "false"
@@ -121,7 +118,7 @@ def test_the_local_driver_gets_this_python_and_the_password_a_cluster_driver_nei
     assert "PYSPARK_DRIVER_PYTHON" not in remote.submit_environment()
     monkeypatch.setenv("PYSPARK_PYTHON", "/opt/airflow-worker/bin/python")
     assert "PYSPARK_PYTHON" not in remote.submit_environment()
-    conf = conf_of(remote._build_spark_submit_command("app.py"))
+    conf = conf_of(remote.submit_command("app.py"))
     assert conf["spark.yarn.appMasterEnv.BACKLOG_METRICS_PASSWORD"] == "secret"
 
 
@@ -170,7 +167,7 @@ def test_cluster_mode_needs_the_metrics_password_from_the_cluster(monkeypatch):
     )
     secret = {"spark.kubernetes.driver.secretKeyRef.BACKLOG_METRICS_PASSWORD": "metrics:password"}
     submit = hook(metrics_url=REACHABLE_METRICS, profile=PhaseProfile("2s", conf=secret))
-    command = submit._build_spark_submit_command("app.py")
+    command = submit.submit_command("app.py")
     shown = " ".join(command).replace("secretKeyRef", "").replace(SPARK_REDACTION_REGEX, "")
     assert "secret" not in shown
     assert submit._metrics_password == "secret"  # kept for nothing: the cluster supplies it
@@ -256,7 +253,7 @@ def test_the_metrics_password_reaches_the_driver_but_not_its_command_line(
         "print('airflow:', sorted(k for k in os.environ if 'AIRFLOW' in k))\n"
     )
     submit = hook(metrics_url="postgresql://metrics:s3cret@db:5432/metrics")
-    command = submit._build_spark_submit_command(str(application))
+    command = submit.submit_command(str(application))
     assert "s3cret" not in " ".join(command)
     assert "spark.backlog.metrics.url=postgresql://metrics@db:5432/metrics" in command
     driver = submit.start(str(application), tmp_path / "driver.log")
@@ -289,32 +286,10 @@ def test_the_driver_gets_none_of_airflows_secrets_but_what_env_vars_names(local_
 
 
 def test_spark_redacts_our_secrets_unless_the_profile_says_otherwise(local_spark):
-    conf = conf_of(hook()._build_spark_submit_command("app.py"))
+    conf = conf_of(hook().submit_command("app.py"))
     assert conf["spark.redaction.regex"] == SPARK_REDACTION_REGEX
     own = PhaseProfile("2s", conf={"spark.redaction.regex": "(?i)secret|mine"})
     assert (
-        conf_of(hook(profile=own)._build_spark_submit_command("app.py"))["spark.redaction.regex"]
+        conf_of(hook(profile=own).submit_command("app.py"))["spark.redaction.regex"]
         == "(?i)secret|mine"
     )
-
-
-def test_without_the_spark_provider_the_import_says_how_to_install_it():
-    """The provider is installed apart from its dependencies, so it can be missing."""
-    module = "airflow.providers.apache.spark.hooks.spark_submit"
-    blocked = f"import sys; sys.modules[{module!r}] = None\n"
-    result = subprocess.run(
-        [sys.executable, "-c", blocked + "import airflow_provider_backlog.hooks.submit"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode != 0
-    last_line = result.stderr.strip().splitlines()[-1]
-    assert last_line == f"ModuleNotFoundError: {submit.SPARK_PROVIDER_MISSING}"
-
-
-def test_the_spark_provider_named_in_the_error_is_the_pinned_one():
-    constraints = (Path(__file__).resolve().parents[3] / "constraints.txt").read_text()
-    pinned = re.search(r"^apache-airflow-providers-apache-spark==\S+$", constraints, re.M)
-    assert pinned is not None
-    assert submit.SPARK_PROVIDER_MISSING.endswith(pinned.group())
