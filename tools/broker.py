@@ -35,6 +35,7 @@ from types import TracebackType
 import confluent_kafka
 
 from spark_jobs.backlog.values import count_argument
+from tools import child_environment
 
 _RD_KAFKA_PRODUCER = 0
 #: Kafka protocol request types, for ``fail_requests``.
@@ -221,12 +222,16 @@ class EmbeddedBroker:
     def start(self) -> EmbeddedBroker:
         self._ready.parent.mkdir(parents=True, exist_ok=True)
         self._ready.unlink(missing_ok=True)
-        command = [sys.executable, "-m", "spark_jobs.demo.broker"]
+        command = [sys.executable, "-m", "tools.broker"]
         command += [arg for t, n in self._topics.items() for arg in ("--topic", f"{t}:{n}")]
         command += ["--brokers", str(self.brokers), "--ready-file", str(self._ready)]
         command += ["--control-stdin"]
         self._process = subprocess.Popen(
-            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+            command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=child_environment(),  # imports tools.broker from any working directory
         )
         deadline = time.monotonic() + self._timeout_s
         while not self._ready.exists():

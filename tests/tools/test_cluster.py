@@ -2,7 +2,7 @@ import socket
 
 import pytest
 
-from spark_jobs.demo.cluster import ClusterError, StandaloneCluster, main
+from tools.cluster import ClusterError, StandaloneCluster, main
 
 
 def test_status_and_stop_without_a_started_cluster_say_so(tmp_path, capsys):

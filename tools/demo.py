@@ -15,8 +15,9 @@ import sys
 from collections import Counter
 
 from spark_jobs.backlog.values import count_argument
-from spark_jobs.demo.broker import EmbeddedBroker
-from spark_jobs.demo.report import (
+from spark_jobs.jobs.launch import JavaMissing
+from tools.broker import EmbeddedBroker
+from tools.report import (
     Checkpoint,
     cadence_s,
     caught_up,
@@ -31,7 +32,7 @@ from spark_jobs.demo.report import (
     reentry,
     weighted_percentile,
 )
-from spark_jobs.demo.runs import (
+from tools.runs import (
     BurstAfterLive,
     KafkaTopic,
     Run,
@@ -40,7 +41,6 @@ from spark_jobs.demo.runs import (
     prepare_workspace,
     say,
 )
-from spark_jobs.jobs.launch import JavaMissing
 
 CONF = {
     "spark.backlog.checkpointing.interval": "2s",

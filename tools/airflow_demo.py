@@ -23,19 +23,20 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from spark_jobs.backlog.values import count_argument
-from spark_jobs.demo.broker import EmbeddedBroker
-from spark_jobs.demo.data import KafkaProducerThread
-from spark_jobs.demo.report import epoch, load, phase_changes, plot_timeline
-from spark_jobs.demo.runs import add_workspace_arguments, prepare_history, say
 from spark_jobs.jobs.launch import JavaMissing, job_environment, require_java
 from spark_jobs.metrics.schema import backlog_checkpoints, make_engine
+from tools import REPOSITORY
+from tools.broker import EmbeddedBroker
+from tools.data import KafkaProducerThread
+from tools.report import epoch, load, phase_changes, plot_timeline
+from tools.runs import add_workspace_arguments, prepare_history, say
 
 DAG_ID = "backlog_phased"
 JOB = "events"
 TOPIC = "events"
 PARTITIONS = 8
-#: The example DAGs, next to this package in a checkout.
-DAGS_FOLDER = Path(__file__).resolve().parents[2] / "dags"
+#: The example DAGs, next to these tools in the checkout.
+DAGS_FOLDER = REPOSITORY / "dags"
 
 
 def airflow_environment(

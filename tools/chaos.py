@@ -52,18 +52,18 @@ import pyarrow.parquet as pq
 from confluent_kafka import KafkaError, Producer
 
 from spark_jobs.backlog.values import count_argument
-from spark_jobs.demo.broker import FETCH, LIST_OFFSETS, EmbeddedBroker
-from spark_jobs.demo.data import KafkaProducerThread
-from spark_jobs.demo.report import Checkpoint
-from spark_jobs.demo.runs import KafkaTopic, Run, prepare_history, say
-from spark_jobs.demo.verify import (
+from spark_jobs.jobs.launch import job_environment
+from tools.broker import FETCH, LIST_OFFSETS, EmbeddedBroker
+from tools.data import KafkaProducerThread
+from tools.report import Checkpoint
+from tools.runs import KafkaTopic, Run, prepare_history, say
+from tools.verify import (
     Inputs,
     all_input,
     committed_output,
     compare,
     unrecorded_batches,
 )
-from spark_jobs.jobs.launch import job_environment
 
 TOPIC = "events"
 PARTITIONS = 4

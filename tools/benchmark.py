@@ -22,8 +22,9 @@ import sys
 from dataclasses import dataclass
 
 from spark_jobs.backlog.values import count_argument
-from spark_jobs.demo.broker import EmbeddedBroker
-from spark_jobs.demo.report import (
+from spark_jobs.jobs.launch import JavaMissing
+from tools.broker import EmbeddedBroker
+from tools.report import (
     Checkpoint,
     Reentry,
     caught_up,
@@ -35,7 +36,7 @@ from spark_jobs.demo.report import (
     reentry,
     weighted_percentile,
 )
-from spark_jobs.demo.runs import (
+from tools.runs import (
     BurstAfterLive,
     KafkaTopic,
     Run,
@@ -45,7 +46,6 @@ from spark_jobs.demo.runs import (
     prepare_workspace,
     say,
 )
-from spark_jobs.jobs.launch import JavaMissing
 
 
 @dataclass(frozen=True)

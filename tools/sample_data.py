@@ -28,7 +28,7 @@ from pathlib import Path
 from confluent_kafka import KafkaException, Producer
 
 from spark_jobs.backlog.values import count_argument, duration_argument, format_duration
-from spark_jobs.demo.data import KafkaProducerThread, history_range, write_history
+from tools.data import KafkaProducerThread, history_range, write_history
 
 PROG = "backlog-sample-data"
 #: How long the broker may take to describe the topic before the tool gives up.
