@@ -193,7 +193,7 @@ def report(root: Path, metrics_url: str, states: dict[str, str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="backlog-airflow-demo", description=__doc__)
+    parser = argparse.ArgumentParser(prog="scripts/demo", description=__doc__)
     add_workspace_arguments(parser, "var/airflow-demo", events=1_000_000)
     parser.add_argument(
         "--topic-backlog", type=count_argument, default=300_000, help="events in the topic at first"
@@ -205,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         require_java()
     except JavaMissing as error:
-        print(f"backlog-airflow-demo: {error}", file=sys.stderr)
+        print(f"scripts/demo: {error}", file=sys.stderr)
         return 2
     root = args.workdir.resolve()
     data, home = root / "data", root / "airflow"
@@ -247,9 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     report(root, metrics_url, states)
     failed = {task: state for task, state in states.items() if state != "success"}
     if dag_test.returncode != 0 or failed:
-        print(
-            f"backlog-airflow-demo: the DAG run failed: {failed}; see {log_path}", file=sys.stderr
-        )
+        print(f"scripts/demo: the DAG run failed: {failed}; see {log_path}", file=sys.stderr)
         return 1
     return 0
 

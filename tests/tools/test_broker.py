@@ -101,7 +101,7 @@ def test_the_command_line_broker_writes_its_ready_file_and_exits_cleanly_on_sigt
         output, _ = process.communicate(timeout=10)
     assert process.returncode == 0
     assert output == (
-        f"backlog-broker: serving {{'solo': 1, 'events': 3}} at {ready['bootstrap_servers']}\n"
+        f"scripts/broker: serving {{'solo': 1, 'events': 3}} at {ready['bootstrap_servers']}\n"
     )
 
 

@@ -235,7 +235,7 @@ def test_a_missing_topic_is_refused_before_any_file_is_written(tmp_path, monkeyp
     code = sample_data.main(["--data-dir", str(tmp_path), "--bootstrap-servers", "kafka:9092"])
     assert code == 2
     assert capsys.readouterr().err == (
-        "backlog-sample-data: topic 'events' does not exist at kafka:9092: create it first (in "
+        "sample-data: topic 'events' does not exist at kafka:9092: create it first (in "
         "the stack, the kafka-init service creates it)\n"
     )
     assert list(tmp_path.iterdir()) == []
@@ -246,7 +246,7 @@ def test_a_broker_that_does_not_answer_is_named(tmp_path, monkeypatch, capsys):
     code = sample_data.main(["--data-dir", str(tmp_path), "--bootstrap-servers", "127.0.0.1:9"])
     assert code == 2
     assert capsys.readouterr().err.startswith(
-        "backlog-sample-data: the broker at 127.0.0.1:9 did not answer within 1s ("
+        "sample-data: the broker at 127.0.0.1:9 did not answer within 1s ("
     )
     assert list(tmp_path.iterdir()) == []
 
@@ -260,4 +260,4 @@ def test_the_command_runs_the_module_from_the_checkout():
     command = [sys.executable, "-m", "tools.sample_data", "--help"]
     result = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
     assert result.returncode == 0
-    assert result.stdout.startswith("usage: backlog-sample-data")
+    assert result.stdout.startswith("usage: sample-data")
