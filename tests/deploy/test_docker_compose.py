@@ -15,6 +15,7 @@ import ast
 import configparser
 import copy
 import fnmatch
+import itertools
 import json
 import os
 import re
@@ -31,8 +32,8 @@ import pytest
 import yaml
 from sqlalchemy.engine import make_url
 
-from spark_jobs.demo import airflow_demo
 from tests.support.prerequisites import missing
+from tools import airflow_demo
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "docker-compose.yaml"
@@ -234,17 +235,21 @@ def base_images(text: str) -> list[str]:
     return images
 
 
+def copied_to(text: str) -> list[tuple[str, str]]:
+    """(source, destination) of each build-context path COPY or ADD copies (not those copied
+    from a stage or image)."""
+    copies = []
+    for keyword, rest in instructions(text):
+        words = rest.split()
+        if keyword in ("COPY", "ADD") and not any(word.startswith("--from=") for word in words):
+            paths = [word for word in words if not word.startswith("--")]
+            copies += [(source, paths[-1]) for source in paths[:-1]]
+    return copies
+
+
 def copied_sources(text: str) -> list[str]:
     """The build-context paths of COPY and ADD (not those copied from a stage or image)."""
-    sources = []
-    for keyword, rest in instructions(text):
-        if keyword in ("COPY", "ADD"):
-            words = rest.split()
-            if any(word.startswith("--from=") for word in words):
-                continue
-            paths = [word for word in words if not word.startswith("--")]
-            sources.extend(paths[:-1])
-    return sources
+    return [source for source, _ in copied_to(text)]
 
 
 def excluded_by_dockerignore(context: Path, path: str) -> str | None:
@@ -550,7 +555,7 @@ def check_the_data_volume_is_the_data_dir(stack: Stack) -> list[str]:
     needed = [
         *stack.services_running("scheduler"),
         *stack.services_running("org.apache.spark.deploy.worker.Worker"),
-        *stack.services_running("backlog-sample-data"),
+        *stack.services_running("tools.sample_data"),
     ]
     for name in needed:
         if (next(iter(volumes), None), data_dir) not in stack.mounts(name):
@@ -599,6 +604,35 @@ def check_dockerfiles_copy_existing_paths(stack: Stack) -> list[str]:
             elif pattern := excluded_by_dockerignore(REPO / context, source):
                 problems.append(
                     f"{dockerfile}: COPY {source}, which .dockerignore ({pattern}) leaves out"
+                )
+    return problems
+
+
+def check_the_images_hold_the_tools_their_services_run(stack: Stack) -> list[str]:
+    """The wheel leaves tools/ out: a service that runs ``python -m tools.<module>`` needs its
+    image to copy tools/ into the service's working directory, where python -m finds it."""
+    problems = []
+    for name, service in stack.services.items():
+        words = [*(service.get("entrypoint") or []), *stack.command(name)]
+        pairs = itertools.pairwise(words)
+        modules = [m for flag, m in pairs if flag == "-m" and m.startswith("tools.")]
+        for module in modules:
+            if not REPO.joinpath(*module.split(".")).with_suffix(".py").is_file():
+                problems.append(f"service {name}: runs {module}, which the repository lacks")
+            workdir = service.get("working_dir")
+            if not workdir:
+                problems.append(f"service {name}: runs {module} with no working_dir")
+                continue
+            dockerfile = stack.dockerfile_of(name)
+            wanted = os.path.join(workdir, "tools")
+            copies = copied_to(stack.dockerfiles.get(dockerfile, "")) if dockerfile else []
+            if not any(
+                source.rstrip("/") == "tools" and destination.rstrip("/") == wanted
+                for source, destination in copies
+            ):
+                problems.append(
+                    f"service {name}: runs {module}, but {dockerfile} does not copy tools to "
+                    f"{wanted} (its working directory's)"
                 )
     return problems
 
@@ -762,6 +796,7 @@ CHECKS: list[Callable[[Stack], list[str]]] = [
     check_the_data_volume_is_the_data_dir,
     check_host_paths_exist,
     check_dockerfiles_copy_existing_paths,
+    check_the_images_hold_the_tools_their_services_run,
     check_long_running_services_are_healthchecked,
     check_the_airflow_components_share_their_settings,
     check_interpolated_variables_and_secrets,
@@ -973,6 +1008,21 @@ BREAKAGES = [
         replace_in_dockerfile("docker/spark/Dockerfile", "COPY spark_jobs ", "COPY tests "),
         check_dockerfiles_copy_existing_paths,
         "docker/spark/Dockerfile: COPY tests, which .dockerignore (tests) leaves out",
+    ),
+    (
+        "a tool run where the image does not copy it",
+        replace_in_dockerfile(
+            "docker/airflow/Dockerfile", "tools /opt/backlog/tools", "tools /opt/tools"
+        ),
+        check_the_images_hold_the_tools_their_services_run,
+        "service sample-data: runs tools.sample_data, but docker/airflow/Dockerfile does not "
+        "copy tools to /opt/backlog/tools",
+    ),
+    (
+        "a tool run without a working directory",
+        with_service("sample-data", lambda s: s.pop("working_dir")),
+        check_the_images_hold_the_tools_their_services_run,
+        "service sample-data: runs tools.sample_data with no working_dir",
     ),
     (
         "a long-running service without a healthcheck",

@@ -35,8 +35,8 @@ def pytest_collection_modifyitems(items):
 @pytest.fixture
 def broker(tmp_path):
     """A Kafka-protocol broker on loopback in its own process, with the events topic."""
-    from spark_jobs.demo.broker import EmbeddedBroker
     from tests.integration.jobs import KAFKA_PARTITIONS, KAFKA_TOPIC
+    from tools.broker import EmbeddedBroker
 
     with EmbeddedBroker(tmp_path / "broker", {KAFKA_TOPIC: KAFKA_PARTITIONS}) as running:
         yield running

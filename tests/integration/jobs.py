@@ -18,13 +18,15 @@ import pandas as pd
 import sqlalchemy as sa
 
 import spark_jobs.jobs.events_pipeline as events_pipeline
-from spark_jobs.demo.data import (
+from spark_jobs.jobs.launch import job_environment, spark_submit_command
+from spark_jobs.metrics.schema import as_utc, backlog_checkpoints, backlog_transitions, make_engine
+from tools.data import (
     KafkaProducerThread,
     LiveProducer,
     history_range,
     write_history,
 )
-from spark_jobs.demo.verify import (
+from tools.verify import (
     Comparison,
     Inputs,
     all_input,
@@ -32,8 +34,6 @@ from spark_jobs.demo.verify import (
     compare,
     unrecorded_batches,
 )
-from spark_jobs.jobs.launch import job_environment, spark_submit_command
-from spark_jobs.metrics.schema import as_utc, backlog_checkpoints, backlog_transitions, make_engine
 
 T = TypeVar("T")
 

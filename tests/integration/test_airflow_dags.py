@@ -29,9 +29,6 @@ from airflow_provider_backlog.operators.control import BacklogReconfigureOperato
 from airflow_provider_backlog.operators.launch import BacklogLaunchOperator
 from airflow_provider_backlog.profiles import PhaseProfile
 from airflow_provider_backlog.triggers.metrics import JobExpectationTrigger
-from spark_jobs.demo.airflow_demo import airflow, airflow_environment, task_states
-from spark_jobs.demo.cluster import StandaloneCluster
-from spark_jobs.demo.data import KafkaProducerThread, history_range, write_history
 from spark_jobs.jobs import events_pipeline
 from spark_jobs.metrics.schema import backlog_control, backlog_leases, make_engine, metadata
 from tests.integration.jobs import (
@@ -43,6 +40,9 @@ from tests.integration.jobs import (
     now,
     wait_for,
 )
+from tools.airflow_demo import airflow, airflow_environment, task_states
+from tools.cluster import StandaloneCluster
+from tools.data import KafkaProducerThread, history_range, write_history
 
 JOB = "events"
 PHASED = ["launch_backlog_profile", "wait_until_live", "relaunch_live_profile", "watch_freshness"]

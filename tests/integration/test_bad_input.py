@@ -9,7 +9,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from confluent_kafka import Producer
 
-from spark_jobs.demo.data import write_history, write_landing_file
 from tests.integration.jobs import (
     KAFKA_TOPIC,
     JobDirs,
@@ -23,6 +22,7 @@ from tests.integration.jobs import (
     now,
     wait_for,
 )
+from tools.data import write_history, write_landing_file
 
 
 def test_invalid_configuration_fails_before_any_query_starts(tmp_path):

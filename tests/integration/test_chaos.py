@@ -1,9 +1,12 @@
-"""A small fault campaign, as `backlog-chaos` runs it: one trial of each kind, faults
+"""A small fault campaign, as `scripts/chaos` runs it: one trial of each kind, faults
 injected for real, and nothing lost or duplicated."""
 
 import json
 import subprocess
 import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
 
 FAULTS = {
     "sigkill-files",
@@ -26,7 +29,7 @@ def test_one_trial_of_each_kind_loses_and_duplicates_nothing(tmp_path, postgres_
         [
             sys.executable,
             "-m",
-            "spark_jobs.demo.chaos",
+            "tools.chaos",
             "--trials",
             "1",
             "--kinds",
@@ -40,6 +43,7 @@ def test_one_trial_of_each_kind_loses_and_duplicates_nothing(tmp_path, postgres_
             "--postgres-url",
             postgres_server.url,
         ],
+        cwd=REPO,  # python -m tools.chaos imports the tools from the checkout
         capture_output=True,
         text=True,
         timeout=1500,

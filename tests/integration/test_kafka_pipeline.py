@@ -5,7 +5,6 @@ burst makes it re-enter backlog."""
 import json
 from datetime import timedelta
 
-from spark_jobs.demo.data import write_history
 from tests.integration.jobs import (
     JobDirs,
     assert_exactly_once,
@@ -20,6 +19,7 @@ from tests.integration.jobs import (
     transitions,
     wait_for,
 )
+from tools.data import write_history
 
 LAG = {
     "spark.backlog.lag.offsets.enter-threshold": "3000",

@@ -3,7 +3,6 @@ backlog although the source's phase is live, until fresh events bring the waterm
 
 from datetime import timedelta
 
-from spark_jobs.demo.data import LiveProducer, write_history, write_landing_file
 from tests.integration.jobs import (
     JobDirs,
     assert_exactly_once,
@@ -15,6 +14,7 @@ from tests.integration.jobs import (
     transitions,
     wait_for,
 )
+from tools.data import LiveProducer, write_history, write_landing_file
 
 WATERMARK_LAG = {
     "spark.backlog.lag.watermark.enter-threshold": "10min",

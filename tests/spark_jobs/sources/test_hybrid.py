@@ -6,11 +6,11 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxFiles, Rea
 
 from spark_jobs.backlog.decider import Decision
 from spark_jobs.backlog.plan import TriggerPlan
-from spark_jobs.demo.broker import EmbeddedBroker
 from spark_jobs.sources.children import ChildSpecError, spec_field
 from spark_jobs.sources.gate import PlanChannel
 from spark_jobs.sources.hybrid import HybridDataSource, HybridOptionError, HybridStreamReader
 from tests.spark_jobs.sources.conftest import SPARK_SCHEMA, land, write_file
+from tools.broker import EmbeddedBroker
 
 
 def children(tmp_path, **overrides):

@@ -15,7 +15,6 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from spark_jobs.demo.broker import FETCH, LIST_OFFSETS, EmbeddedBroker
 from spark_jobs.sources import kafka
 from spark_jobs.sources.children import ChildSpecError, Limits, SourceContext
 from spark_jobs.sources.kafka import (
@@ -29,6 +28,7 @@ from spark_jobs.sources.kafka import (
 from spark_jobs.sources.quarantine import OFFSET_FIELD, count_set_aside
 from spark_jobs.sources.storage import resolve_uri
 from tests.spark_jobs.sources.conftest import SPARK_SCHEMA, rows
+from tools.broker import FETCH, LIST_OFFSETS, EmbeddedBroker
 
 REPO = Path(__file__).resolve().parents[3]
 EVENTS = "events"

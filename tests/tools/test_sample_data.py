@@ -1,4 +1,5 @@
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -11,11 +12,11 @@ import pyarrow.parquet as pq
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
-from spark_jobs.demo import sample_data
-from spark_jobs.demo.broker import EmbeddedBroker
-from spark_jobs.demo.data import EVENT_ARROW_SCHEMA
+from tools import sample_data
+from tools.broker import EmbeddedBroker
+from tools.data import EVENT_ARROW_SCHEMA
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
 PARTITIONS = {"events": 8, "audit": 2}
 
 
@@ -110,7 +111,7 @@ def test_live_events_follow_the_backlog_at_the_rate_for_the_time_given(tmp_path,
 
 
 def test_sigterm_ends_live_events_that_run_until_stopped(tmp_path, broker):
-    command = [sys.executable, "-m", "spark_jobs.demo.sample_data", "--data-dir", str(tmp_path)]
+    command = [sys.executable, "-m", "tools.sample_data", "--data-dir", str(tmp_path)]
     command += ["--history-events", "10", "--files", "1", "--bootstrap-servers", broker]
     command += ["--backlog-events", "0", "--live-rate", "100"]
     process = subprocess.Popen(
@@ -234,7 +235,7 @@ def test_a_missing_topic_is_refused_before_any_file_is_written(tmp_path, monkeyp
     code = sample_data.main(["--data-dir", str(tmp_path), "--bootstrap-servers", "kafka:9092"])
     assert code == 2
     assert capsys.readouterr().err == (
-        "backlog-sample-data: topic 'events' does not exist at kafka:9092: create it first (in "
+        "sample-data: topic 'events' does not exist at kafka:9092: create it first (in "
         "the stack, the kafka-init service creates it)\n"
     )
     assert list(tmp_path.iterdir()) == []
@@ -245,13 +246,18 @@ def test_a_broker_that_does_not_answer_is_named(tmp_path, monkeypatch, capsys):
     code = sample_data.main(["--data-dir", str(tmp_path), "--bootstrap-servers", "127.0.0.1:9"])
     assert code == 2
     assert capsys.readouterr().err.startswith(
-        "backlog-sample-data: the broker at 127.0.0.1:9 did not answer within 1s ("
+        "sample-data: the broker at 127.0.0.1:9 did not answer within 1s ("
     )
     assert list(tmp_path.iterdir()) == []
 
 
-def test_the_console_script_is_installed():
-    script = Path(sys.executable).parent / "backlog-sample-data"
-    result = subprocess.run([str(script), "--help"], capture_output=True, text=True)
+def test_the_command_runs_the_module_from_the_checkout():
+    """scripts/sample-data runs the module from the repository root (through scripts/tool,
+    which sets up .venv first, so it is not run here)."""
+    script = REPO / "scripts" / "sample-data"
+    assert script.is_file() and os.access(script, os.X_OK)
+    assert 'tool" sample_data "$@"' in script.read_text()
+    command = [sys.executable, "-m", "tools.sample_data", "--help"]
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
     assert result.returncode == 0
-    assert result.stdout.startswith("usage: backlog-sample-data")
+    assert result.stdout.startswith("usage: sample-data")

@@ -1,7 +1,7 @@
 """A fault campaign: the events pipeline under faults injected for real, with numbers.
 
-    backlog-chaos --trials 10                    # every kind of trial, 10 of each
-    backlog-chaos --trials 2 --kinds kills,database
+    scripts/chaos --trials 10                    # every kind of trial, 10 of each
+    scripts/chaos --trials 2 --kinds kills,database
 
 Each trial runs the pipeline on a fresh workspace (historical parquet files, then a topic of
 the embedded broker that piles up meanwhile, so the job goes through a file phase, a Kafka
@@ -52,18 +52,18 @@ import pyarrow.parquet as pq
 from confluent_kafka import KafkaError, Producer
 
 from spark_jobs.backlog.values import count_argument
-from spark_jobs.demo.broker import FETCH, LIST_OFFSETS, EmbeddedBroker
-from spark_jobs.demo.data import KafkaProducerThread
-from spark_jobs.demo.report import Checkpoint
-from spark_jobs.demo.runs import KafkaTopic, Run, prepare_history, say
-from spark_jobs.demo.verify import (
+from spark_jobs.jobs.launch import job_environment
+from tools.broker import FETCH, LIST_OFFSETS, EmbeddedBroker
+from tools.data import KafkaProducerThread
+from tools.report import Checkpoint
+from tools.runs import KafkaTopic, Run, prepare_history, say
+from tools.verify import (
     Inputs,
     all_input,
     committed_output,
     compare,
     unrecorded_batches,
 )
-from spark_jobs.jobs.launch import job_environment
 
 TOPIC = "events"
 PARTITIONS = 4
@@ -449,7 +449,7 @@ def table(faults: dict[str, dict[str, int]]) -> list[str]:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="backlog-chaos", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="scripts/chaos", description=__doc__.split("\n")[0])
     parser.add_argument("--trials", type=count_argument, default=10, help="trials of each kind")
     parser.add_argument(
         "--kinds",
@@ -457,7 +457,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help=f"comma-separated kinds of trials, of {', '.join(KINDS)} (default: all but skew)",
     )
     parser.add_argument("--events", type=count_argument, default=30_000, help="backlog events")
-    parser.add_argument("--workdir", type=Path, default=Path("backlog-chaos"))
+    parser.add_argument("--workdir", type=Path, default=Path("var/chaos"))
     parser.add_argument("--seed", type=int, default=None, help="for repeatable fault points")
     parser.add_argument(
         "--postgres-url", help="a PostgreSQL metrics database (needed by the 'skew' trials)"

@@ -2,14 +2,14 @@ import socket
 
 import pytest
 
-from spark_jobs.demo.cluster import ClusterError, StandaloneCluster, main
+from tools.cluster import ClusterError, StandaloneCluster, main
 
 
 def test_status_and_stop_without_a_started_cluster_say_so(tmp_path, capsys):
     for action in ("status", "stop"):
         assert main([action, "--dir", str(tmp_path)]) == 1
         assert capsys.readouterr().err == (
-            f"backlog-spark-cluster: no cluster was started in {tmp_path} "
+            f"scripts/spark-cluster: no cluster was started in {tmp_path} "
             f"({tmp_path}/cluster.json is missing)\n"
         )
 

@@ -15,8 +15,9 @@ import sys
 from collections import Counter
 
 from spark_jobs.backlog.values import count_argument
-from spark_jobs.demo.broker import EmbeddedBroker
-from spark_jobs.demo.report import (
+from spark_jobs.jobs.launch import JavaMissing
+from tools.broker import EmbeddedBroker
+from tools.report import (
     Checkpoint,
     cadence_s,
     caught_up,
@@ -31,7 +32,7 @@ from spark_jobs.demo.report import (
     reentry,
     weighted_percentile,
 )
-from spark_jobs.demo.runs import (
+from tools.runs import (
     BurstAfterLive,
     KafkaTopic,
     Run,
@@ -40,7 +41,6 @@ from spark_jobs.demo.runs import (
     prepare_workspace,
     say,
 )
-from spark_jobs.jobs.launch import JavaMissing
 
 CONF = {
     "spark.backlog.checkpointing.interval": "2s",
@@ -100,7 +100,7 @@ def _seconds(value: float | None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="backlog-demo", description=__doc__)
+    parser = argparse.ArgumentParser(prog="scripts/job-demo", description=__doc__)
     add_workspace_arguments(parser, "var/demo", events=2_000_000)
     parser.add_argument(
         "--live-seconds", type=float, default=20.0, help="time to follow live data, twice"
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         workspace = prepare_workspace(args)
     except JavaMissing as error:
-        print(f"backlog-demo: {error}", file=sys.stderr)
+        print(f"scripts/job-demo: {error}", file=sys.stderr)
         return 2
     workdir = workspace.root
     if args.live == "landing":

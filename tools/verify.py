@@ -20,7 +20,7 @@ import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 from confluent_kafka import Consumer, TopicPartition
 
-from spark_jobs.demo.data import EVENT_ARROW_SCHEMA
+from tools.data import EVENT_ARROW_SCHEMA
 
 KEY = ["window_start", "account"]
 

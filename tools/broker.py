@@ -7,7 +7,7 @@ in memory only, takes a new port at every start, keeps only about 5 MiB per part
 (older records are dropped, which the Kafka source reports as data loss), and cannot
 create topics over the protocol, so they are created when it starts.
 
-    backlog-broker --topic events:8 --ready-file /tmp/broker.json   # until SIGTERM/Ctrl-C
+    scripts/broker --topic events:8 --ready-file /tmp/broker.json   # until SIGTERM/Ctrl-C
 
 Faults are injected for real through the mock cluster's own controls: a broker taken
 down (its connections closed and refused) and brought up, a partition's leader moved to
@@ -35,6 +35,7 @@ from types import TracebackType
 import confluent_kafka
 
 from spark_jobs.backlog.values import count_argument
+from tools import child_environment
 
 _RD_KAFKA_PRODUCER = 0
 #: Kafka protocol request types, for ``fail_requests``.
@@ -148,7 +149,7 @@ def _topic(text: str) -> tuple[str, int]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="backlog-broker", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="scripts/broker", description=__doc__.split("\n\n")[0])
     parser.add_argument("--topic", type=_topic, action="append", required=True)
     parser.add_argument("--brokers", type=count_argument, default=1)
     parser.add_argument("--ready-file", type=Path, help="where to write the bootstrap servers")
@@ -164,7 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         cluster = MockCluster(dict(args.topic), args.brokers)
     except BrokerError as error:
-        print(f"backlog-broker: {error}", file=sys.stderr)
+        print(f"scripts/broker: {error}", file=sys.stderr)
         return 2
     try:
         ready = {"bootstrap_servers": cluster.bootstrap_servers, "pid": os.getpid()}
@@ -172,7 +173,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             temporary = args.ready_file.with_suffix(".tmp")
             temporary.write_text(json.dumps(ready))
             temporary.replace(args.ready_file)
-        print(f"backlog-broker: serving {dict(args.topic)} at {cluster.bootstrap_servers}")
+        print(f"scripts/broker: serving {dict(args.topic)} at {cluster.bootstrap_servers}")
         sys.stdout.flush()
         if args.control_stdin:
             threading.Thread(target=_serve_faults, args=(cluster, stop), daemon=True).start()
@@ -202,7 +203,7 @@ def _serve_faults(cluster: MockCluster, stop: threading.Event) -> None:
 
 
 class EmbeddedBroker:
-    """Runs ``backlog-broker`` in a child process: ``with EmbeddedBroker(...) as broker:``."""
+    """Runs ``scripts/broker`` in a child process: ``with EmbeddedBroker(...) as broker:``."""
 
     def __init__(
         self,
@@ -221,12 +222,16 @@ class EmbeddedBroker:
     def start(self) -> EmbeddedBroker:
         self._ready.parent.mkdir(parents=True, exist_ok=True)
         self._ready.unlink(missing_ok=True)
-        command = [sys.executable, "-m", "spark_jobs.demo.broker"]
+        command = [sys.executable, "-m", "tools.broker"]
         command += [arg for t, n in self._topics.items() for arg in ("--topic", f"{t}:{n}")]
         command += ["--brokers", str(self.brokers), "--ready-file", str(self._ready)]
         command += ["--control-stdin"]
         self._process = subprocess.Popen(
-            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+            command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=child_environment(),  # imports tools.broker from any working directory
         )
         deadline = time.monotonic() + self._timeout_s
         while not self._ready.exists():

@@ -2,7 +2,7 @@ from datetime import UTC, datetime, timedelta
 
 import pandas as pd
 
-from spark_jobs.demo.verify import compare, windows
+from tools.verify import compare, windows
 
 T0 = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
 

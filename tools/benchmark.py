@@ -22,8 +22,9 @@ import sys
 from dataclasses import dataclass
 
 from spark_jobs.backlog.values import count_argument
-from spark_jobs.demo.broker import EmbeddedBroker
-from spark_jobs.demo.report import (
+from spark_jobs.jobs.launch import JavaMissing
+from tools.broker import EmbeddedBroker
+from tools.report import (
     Checkpoint,
     Reentry,
     caught_up,
@@ -35,7 +36,7 @@ from spark_jobs.demo.report import (
     reentry,
     weighted_percentile,
 )
-from spark_jobs.demo.runs import (
+from tools.runs import (
     BurstAfterLive,
     KafkaTopic,
     Run,
@@ -45,7 +46,6 @@ from spark_jobs.demo.runs import (
     prepare_workspace,
     say,
 )
-from spark_jobs.jobs.launch import JavaMissing
 
 
 @dataclass(frozen=True)
@@ -209,7 +209,7 @@ def run_all(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="backlog-benchmark", description=__doc__)
+    parser = argparse.ArgumentParser(prog="scripts/benchmark", description=__doc__)
     add_workspace_arguments(parser, "var/benchmark", events=1_000_000)
     parser.add_argument("--interval", type=float, default=1.0, help="seconds")
     parser.add_argument("--interval-during-backlog", type=float, default=30.0, help="seconds")
@@ -238,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         workspace = prepare_workspace(args)
     except JavaMissing as error:
-        print(f"backlog-benchmark: {error}", file=sys.stderr)
+        print(f"scripts/benchmark: {error}", file=sys.stderr)
         return 2
     names = [s.name for s in setups(args.interval, args.interval_during_backlog, 1, 1)]
     topics = [f"kafka-{name}" for name in names]

@@ -6,9 +6,9 @@ process group of its own with its log in the cluster's directory. Jobs then run 
 ``--master spark://127.0.0.1:PORT`` in client mode: the driver where spark-submit runs,
 executors in JVMs the workers start, as on a real cluster.
 
-    backlog-spark-cluster start --dir var/spark-cluster   # returns once all workers joined
-    backlog-spark-cluster status --dir var/spark-cluster
-    backlog-spark-cluster stop --dir var/spark-cluster
+    scripts/spark-cluster start --dir var/spark-cluster   # returns once all workers joined
+    scripts/spark-cluster status --dir var/spark-cluster
+    scripts/spark-cluster stop --dir var/spark-cluster
 
 Python code uses ``StandaloneCluster`` as a context manager; tests kill a worker with
 ``kill_worker``.
@@ -336,7 +336,7 @@ def describe(layout: ClusterLayout) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="backlog-spark-cluster",
+        prog="scripts/spark-cluster",
         description="Start, inspect or stop a Spark standalone cluster on loopback.",
     )
     parser.add_argument("action", choices=("start", "status", "stop"))
@@ -369,7 +369,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             stop_daemons(ClusterLayout.load(args.dir))
             print(f"stopped the cluster of {args.dir}")
     except ClusterError as error:
-        print(f"backlog-spark-cluster: {error}", file=sys.stderr)
+        print(f"scripts/spark-cluster: {error}", file=sys.stderr)
         return 1
     return 0
 

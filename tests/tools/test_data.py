@@ -4,7 +4,7 @@ from datetime import UTC, datetime, timedelta
 
 import pyarrow.dataset as ds
 
-from spark_jobs.demo.data import EVENT_ARROW_SCHEMA, LiveProducer, write_history, write_landing_file
+from tools.data import EVENT_ARROW_SCHEMA, LiveProducer, write_history, write_landing_file
 
 T0 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
 

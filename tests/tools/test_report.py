@@ -5,7 +5,9 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from spark_jobs.demo.report import (
+from spark_jobs.metrics.schema import CheckpointRow, TransitionRow
+from spark_jobs.metrics.writer import MetricsWriter
+from tools.report import (
     Checkpoint,
     Reentry,
     cadence_s,
@@ -19,8 +21,6 @@ from spark_jobs.demo.report import (
     reentry,
     weighted_percentile,
 )
-from spark_jobs.metrics.schema import CheckpointRow, TransitionRow
-from spark_jobs.metrics.writer import MetricsWriter
 
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 

@@ -10,9 +10,9 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from spark_jobs.demo.broker import LIST_OFFSETS, BrokerError, EmbeddedBroker, MockCluster, main
+from tools.broker import LIST_OFFSETS, BrokerError, EmbeddedBroker, MockCluster, main
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def served_topics(servers: str) -> dict[str, int]:
@@ -88,7 +88,7 @@ def test_a_broker_that_cannot_start_raises_and_leaves_no_ready_file(tmp_path):
 def test_the_command_line_broker_writes_its_ready_file_and_exits_cleanly_on_sigterm(tmp_path):
     ready_file = tmp_path / "ready" / "broker.json"
     ready_file.parent.mkdir()
-    command = [sys.executable, "-m", "spark_jobs.demo.broker", "--topic", "solo"]
+    command = [sys.executable, "-m", "tools.broker", "--topic", "solo"]
     command += ["--topic", "events:3", "--ready-file", str(ready_file)]
     process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, text=True)
     try:
@@ -101,7 +101,7 @@ def test_the_command_line_broker_writes_its_ready_file_and_exits_cleanly_on_sigt
         output, _ = process.communicate(timeout=10)
     assert process.returncode == 0
     assert output == (
-        f"backlog-broker: serving {{'solo': 1, 'events': 3}} at {ready['bootstrap_servers']}\n"
+        f"scripts/broker: serving {{'solo': 1, 'events': 3}} at {ready['bootstrap_servers']}\n"
     )
 
 

@@ -23,19 +23,20 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from spark_jobs.backlog.values import count_argument
-from spark_jobs.demo.broker import EmbeddedBroker
-from spark_jobs.demo.data import KafkaProducerThread
-from spark_jobs.demo.report import epoch, load, phase_changes, plot_timeline
-from spark_jobs.demo.runs import add_workspace_arguments, prepare_history, say
 from spark_jobs.jobs.launch import JavaMissing, job_environment, require_java
 from spark_jobs.metrics.schema import backlog_checkpoints, make_engine
+from tools import REPOSITORY
+from tools.broker import EmbeddedBroker
+from tools.data import KafkaProducerThread
+from tools.report import epoch, load, phase_changes, plot_timeline
+from tools.runs import add_workspace_arguments, prepare_history, say
 
 DAG_ID = "backlog_phased"
 JOB = "events"
 TOPIC = "events"
 PARTITIONS = 8
-#: The example DAGs, next to this package in a checkout.
-DAGS_FOLDER = Path(__file__).resolve().parents[2] / "dags"
+#: The example DAGs, next to these tools in the checkout.
+DAGS_FOLDER = REPOSITORY / "dags"
 
 
 def airflow_environment(
@@ -192,7 +193,7 @@ def report(root: Path, metrics_url: str, states: dict[str, str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="backlog-airflow-demo", description=__doc__)
+    parser = argparse.ArgumentParser(prog="scripts/demo", description=__doc__)
     add_workspace_arguments(parser, "var/airflow-demo", events=1_000_000)
     parser.add_argument(
         "--topic-backlog", type=count_argument, default=300_000, help="events in the topic at first"
@@ -204,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         require_java()
     except JavaMissing as error:
-        print(f"backlog-airflow-demo: {error}", file=sys.stderr)
+        print(f"scripts/demo: {error}", file=sys.stderr)
         return 2
     root = args.workdir.resolve()
     data, home = root / "data", root / "airflow"
@@ -246,9 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     report(root, metrics_url, states)
     failed = {task: state for task, state in states.items() if state != "success"}
     if dag_test.returncode != 0 or failed:
-        print(
-            f"backlog-airflow-demo: the DAG run failed: {failed}; see {log_path}", file=sys.stderr
-        )
+        print(f"scripts/demo: the DAG run failed: {failed}; see {log_path}", file=sys.stderr)
         return 1
     return 0
 

@@ -1,8 +1,11 @@
 """Sample data for a deployed stack: history files in the data directory and events in a
 Kafka topic, as the phased DAG reads them.
 
-    backlog-sample-data --data-dir /var/lib/backlog --history-events 1000000 --files 100 \\
+    sample-data --data-dir /var/lib/backlog --history-events 1000000 --files 100 \\
         --bootstrap-servers kafka:9092 --topic events --backlog-events 300000 --live-rate 2000
+
+The stack runs it as its sample-data service (``docker compose run --rm sample-data ARGS``),
+a checkout as ``scripts/sample-data ARGS``: both call it sample-data.
 
 Writes the history (event ids 0 to N-1, event times over the two hours that end ten minutes
 ago) as parquet files into DATA_DIR/history, then sends the backlog events to the topic (the
@@ -28,9 +31,9 @@ from pathlib import Path
 from confluent_kafka import KafkaException, Producer
 
 from spark_jobs.backlog.values import count_argument, duration_argument, format_duration
-from spark_jobs.demo.data import KafkaProducerThread, history_range, write_history
+from tools.data import KafkaProducerThread, history_range, write_history
 
-PROG = "backlog-sample-data"
+PROG = "sample-data"
 #: How long the broker may take to describe the topic before the tool gives up.
 METADATA_TIMEOUT_S = 15.0
 #: Backlog events are built and sent this many at a time, with a progress line each.

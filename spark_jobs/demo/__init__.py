@@ -1,1 +1,0 @@
-"""The demo and the benchmark: synthetic events, a live producer, summaries and charts."""
