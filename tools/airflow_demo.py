@@ -23,7 +23,7 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from spark_jobs.backlog.values import count_argument
-from spark_jobs.jobs.launch import JavaMissing, job_environment, require_java
+from spark_jobs.jobs.startup import JavaMissing, job_environment, require_java
 from spark_jobs.metrics.schema import backlog_checkpoints, make_engine
 from tools import REPOSITORY
 from tools.broker import EmbeddedBroker

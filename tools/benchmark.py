@@ -22,7 +22,7 @@ import sys
 from dataclasses import dataclass
 
 from spark_jobs.backlog.values import count_argument
-from spark_jobs.jobs.launch import JavaMissing
+from spark_jobs.jobs.startup import JavaMissing
 from tools.broker import EmbeddedBroker
 from tools.report import (
     Checkpoint,

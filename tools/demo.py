@@ -15,7 +15,7 @@ import sys
 from collections import Counter
 
 from spark_jobs.backlog.values import count_argument
-from spark_jobs.jobs.launch import JavaMissing
+from spark_jobs.jobs.startup import JavaMissing
 from tools.broker import EmbeddedBroker
 from tools.report import (
     Checkpoint,

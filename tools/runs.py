@@ -13,7 +13,7 @@ from pathlib import Path
 
 import spark_jobs.jobs.events_pipeline as events_pipeline
 from spark_jobs.backlog.values import count_argument
-from spark_jobs.jobs.launch import job_environment, require_java, spark_submit_command
+from spark_jobs.jobs.startup import job_environment, require_java, spark_submit_command
 from tools.data import KafkaProducerThread, LiveProducer, history_range, write_history
 from tools.report import Checkpoint, caught_up, load
 

@@ -51,9 +51,9 @@ from spark_jobs.metrics.journal import MetricsJournal
 from spark_jobs.metrics.lease import LeaseKeeper, LeaseLost, LeaseStore
 from spark_jobs.metrics.schema import METRICS_PASSWORD_ENV, make_engine, with_password
 from spark_jobs.metrics.writer import MetricsWriter, Retention
+from spark_jobs.sources.backlog_kafka import BacklogKafkaDataSource
 from spark_jobs.sources.gate import PlanChannel
 from spark_jobs.sources.hybrid import HybridDataSource
-from spark_jobs.sources.kafka_source import BacklogKafkaDataSource
 from spark_jobs.sources.storage import normalize_location
 
 logger = logging.getLogger(__name__)

@@ -35,7 +35,7 @@ from spark_jobs.backlog.values import (
 )
 from spark_jobs.coordinator.plan_graph import operator_graph
 from spark_jobs.coordinator.runtime import BacklogRuntime
-from spark_jobs.jobs.launch import JavaMissing, prepare_driver_environment, require_java
+from spark_jobs.jobs.startup import JavaMissing, prepare_driver_environment, require_java
 from spark_jobs.metrics.lease import LeaseHeld, LeaseLost
 from spark_jobs.sources.storage import resolve_uri
 

@@ -18,7 +18,7 @@ import pandas as pd
 import sqlalchemy as sa
 
 import spark_jobs.jobs.events_pipeline as events_pipeline
-from spark_jobs.jobs.launch import job_environment, spark_submit_command
+from spark_jobs.jobs.startup import job_environment, spark_submit_command
 from spark_jobs.metrics.schema import as_utc, backlog_checkpoints, backlog_transitions, make_engine
 from tools.data import (
     KafkaProducerThread,

@@ -3,7 +3,7 @@ import json
 from spark_jobs.backlog.config import BacklogConfig
 from spark_jobs.backlog.decider import Decision
 from spark_jobs.coordinator.appliers import RestartApplier, SourceGatedApplier, TriggerSettings
-from spark_jobs.coordinator.kafka_source_probe import NativeKafkaProbe
+from spark_jobs.coordinator.native_kafka_probe import NativeKafkaProbe
 from spark_jobs.coordinator.progress import BatchProgress
 from spark_jobs.sources.gate import PlanChannel
 from tests.spark_jobs.coordinator.conftest import recorded

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_jobs.jobs.launch import (
+from spark_jobs.jobs.startup import (
     JavaMissing,
     job_environment,
     require_java,

@@ -6,7 +6,7 @@ from spark_jobs.backlog.config import BacklogConfig
 from spark_jobs.backlog.status import SourceStatus
 from spark_jobs.coordinator.appliers import RestartApplier, TriggerSettings
 from spark_jobs.coordinator.coordinator import BacklogCoordinator
-from spark_jobs.coordinator.kafka_source_probe import NativeKafkaProbe
+from spark_jobs.coordinator.native_kafka_probe import NativeKafkaProbe
 from spark_jobs.coordinator.progress import BatchProgress
 from spark_jobs.metrics.schema import backlog_transitions, make_engine
 from spark_jobs.metrics.writer import MetricsWriter
