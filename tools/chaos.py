@@ -52,7 +52,7 @@ import pyarrow.parquet as pq
 from confluent_kafka import KafkaError, Producer
 
 from spark_jobs.backlog.values import count_argument
-from spark_jobs.jobs.launch import job_environment
+from spark_jobs.jobs.startup import job_environment
 from tools.broker import FETCH, LIST_OFFSETS, EmbeddedBroker
 from tools.data import KafkaProducerThread
 from tools.report import Checkpoint
@@ -79,6 +79,10 @@ CONF = {
     "spark.backlog.lag.offsets.leave-threshold": "1000",
 }
 PHASE_TIMEOUT_S = 240.0
+#: Events waiting in the topic before the kills trials start: several batches of Kafka
+#: backlog however late the kill in the file phase lands (live events alone pile up only
+#: while the file phase runs, and a run restarted late may read them in one batch).
+KILLS_TOPIC_BACKLOG = 40_000
 #: The broker trials' cluster: enough brokers for a leader to move to another.
 BROKERS = 3
 #: How long the brokers stay away, at most: well within the Kafka child's outageTimeout.
@@ -165,7 +169,7 @@ class Trial:
             if self.job is not None and self.job.poll() is not None:
                 raise TrialFailed(f"the job exited ({self.job.returncode}) before {what}")
             if time.monotonic() > deadline:
-                raise TrialFailed(f"no {what} within {PHASE_TIMEOUT_S:.0f} s")
+                raise TrialFailed(f"{what}: not reached within {PHASE_TIMEOUT_S:.0f} s")
             time.sleep(0.3)
 
     def pause(self, at_most_s: float) -> None:
@@ -398,6 +402,8 @@ def run_trial(
             broker.bootstrap_servers, TOPIC, PARTITIONS, first_live_id, events_per_s=600
         )
         trial = Trial(kind, run, producer, rng, broker)
+        if kind == "kills":
+            producer.burst(KILLS_TOPIC_BACKLOG)
         producer.start()
         note = ""
         try:
