@@ -224,11 +224,14 @@ def kills(trial: Trial) -> tuple[str, ...]:
     return tuple(fault for fault, _, _ in phases)
 
 
+def metrics_directory(trial: Trial) -> Path:
+    return Path(trial.run.metrics_url.removeprefix("sqlite:///")).parent
+
+
 @contextlib.contextmanager
-def database_away(trial: Trial) -> Iterator[None]:
-    """The SQLite metrics database gone (a plain file where its directory was, so nothing
-    can create a fresh one), then back."""
-    directory = Path(trial.run.metrics_url.removeprefix("sqlite:///")).parent
+def database_away(directory: Path) -> Iterator[None]:
+    """A SQLite database's ``directory`` gone (a plain file in its place, so nothing can
+    create a fresh one there), then back."""
     away = directory.with_name(directory.name + "-away")
     directory.rename(away)
     directory.write_text("away\n")
@@ -244,11 +247,11 @@ def database(trial: Trial) -> tuple[str, ...]:
     trial.wait_for("a checkpoint", lambda rows: len(rows) >= 1 + trial.rng.randrange(8))
     away_s = trial.rng.uniform(1.0, 2 * LEASE_TTL_S)
     say(f"  database-away: {away_s:.1f} s")
-    with database_away(trial):
+    with database_away(metrics_directory(trial)):
         time.sleep(away_s)
     trial.wait_for("live data", live_for(3, 0))
     say("  database-away-at-shutdown")
-    with database_away(trial):
+    with database_away(metrics_directory(trial)):
         trial.producer.stop()
         trial.terminate()
     # The rows the stopped run could not deliver wait in its journal for the next run,

@@ -1,7 +1,6 @@
 """Metrics databases with the tables, on SQLite and PostgreSQL, reachable as an Airflow
 connection (tests/conftest.py points Airflow at a throwaway home)."""
 
-import contextlib
 import json
 from collections.abc import Iterator
 from datetime import datetime, timedelta
@@ -83,17 +82,3 @@ def add_checkpoints(
             for i, letter in enumerate(phases)
         ),
     )
-
-
-@contextlib.contextmanager
-def database_away(directory: Path):
-    """The SQLite database's directory gone, a plain file in its place so nothing can
-    create a fresh one there; then back."""
-    away = directory.with_name(directory.name + "-away")
-    directory.rename(away)
-    directory.write_text("away\n")
-    try:
-        yield
-    finally:
-        directory.unlink()
-        away.rename(directory)

@@ -13,9 +13,9 @@ from spark_jobs.metrics.schema import make_engine, metadata
 from tests.airflow_provider_backlog.conftest import (
     CONN_ID,
     add_checkpoints,
-    database_away,
     use_connection,
 )
+from tools.chaos import database_away
 
 
 def live_sensor(**kwargs) -> BacklogPhaseSensor:
