@@ -6,7 +6,7 @@ The interpreter that runs it must be the one the Spark side runs (the name PYSPA
 gives): its minor version must be the one both images agree on, since PySpark refuses
 executors whose Python differs from the driver's; the modules given must import; pyspark must
 be the full distribution with its jars, and pyspark-client must not be installed over it (see
-scripts/setup).
+docs/airflow.md).
 """
 
 from __future__ import annotations

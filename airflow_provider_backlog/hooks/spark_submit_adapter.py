@@ -11,9 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-# The Spark provider requires pyspark-client, which installs into the same pyspark/ folder
-# as the full pyspark (the driver needs its jars) and has no release matching it, so the
-# provider is installed on its own, without its dependencies.
+# The Spark provider is installed apart, without its dependencies: docs/airflow.md says why.
 SPARK_PROVIDER_MISSING = (
     "airflow-provider-backlog launches jobs through apache-airflow-providers-apache-spark, "
     "which is not installed. Install it without its dependencies, since it requires "
