@@ -79,10 +79,11 @@ CONF = {
     "spark.backlog.lag.offsets.leave-threshold": "1000",
 }
 PHASE_TIMEOUT_S = 240.0
-#: Events waiting in the topic before the kills trials start: several batches of Kafka
-#: backlog however late the kill in the file phase lands (live events alone pile up only
-#: while the file phase runs, and a run restarted late may read them in one batch).
-KILLS_TOPIC_BACKLOG = 40_000
+#: Events waiting in the topic before a trial with faults in the Kafka backlog starts:
+#: several batches of it whatever the timing (live events alone pile up only while the
+#: file phase runs, which a fast run or a late kill there makes too short for a batch).
+TOPIC_BACKLOG = 40_000
+TOPIC_BACKLOG_KINDS = ("kills", "broker")
 #: The broker trials' cluster: enough brokers for a leader to move to another.
 BROKERS = 3
 #: How long the brokers stay away, at most: well within the Kafka child's outageTimeout.
@@ -405,8 +406,8 @@ def run_trial(
             broker.bootstrap_servers, TOPIC, PARTITIONS, first_live_id, events_per_s=600
         )
         trial = Trial(kind, run, producer, rng, broker)
-        if kind == "kills":
-            producer.burst(KILLS_TOPIC_BACKLOG)
+        if kind in TOPIC_BACKLOG_KINDS:
+            producer.burst(TOPIC_BACKLOG)
         producer.start()
         note = ""
         try:
