@@ -16,16 +16,8 @@ from spark_jobs.metrics.schema import RECONFIGURE
 
 
 class _JobRequestOperator(BaseOperator):
-    """Sends a request to the running job ``job_name`` and waits for its answer.
-
-    :param job_name: The running job's name. (templated)
-    :param metrics_conn_id: The ``backlog_metrics`` connection whose database the job
-        reads requests from; default ``backlog_metrics_default``.
-    :param answer_timeout: How long a run of the job has to take the request (default
-        2 minutes); if none does, the request is withdrawn and the task fails. A run that
-        took it has 30 seconds more to answer.
-    :param poll_interval_s: Seconds between reads of the request's status; default 1.
-    """
+    """Sends a request to the running job ``job_name`` and waits for its answer. Its
+    arguments are documented on ``BacklogReconfigureOperator``, where users read them."""
 
     template_fields: tuple[str, ...] = ("job_name",)
 
@@ -115,15 +107,11 @@ class BacklogStopOperator(_JobRequestOperator):
     checkpoint, and waits until its driver has ended (let go of its lease) within
     ``stop_timeout``. Its checkpoint is then ready for the next launch.
 
+    It takes ``job_name``, ``metrics_conn_id``, ``answer_timeout`` and ``poll_interval_s`` as
+    ``BacklogReconfigureOperator`` does.
+
     :param stop_timeout: How long its driver may take, once it has agreed to stop, to end and
         let go of its lease (default 5 minutes); past it the task fails.
-    :param job_name: The running job's name. (templated)
-    :param metrics_conn_id: The ``backlog_metrics`` connection whose database the job
-        reads requests from; default ``backlog_metrics_default``.
-    :param answer_timeout: How long a run of the job has to take the request (default
-        2 minutes); if none does, the request is withdrawn and the task fails. A run that
-        took it has 30 seconds more to answer.
-    :param poll_interval_s: Seconds between reads of the request's status; default 1.
     """
 
     def __init__(self, *, stop_timeout: timedelta = timedelta(minutes=5), **kwargs: Any):

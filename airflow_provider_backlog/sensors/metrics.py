@@ -31,20 +31,8 @@ from spark_jobs.backlog.secrets import redact_text
 
 class _JobSensor(BaseSensorOperator):
     """Waits until the job ``job_name`` meets ``expectation``; fails if its driver died or its
-    run ended while it was awaited.
-
-    :param job_name: The job's name. (templated)
-    :param expectation: What to wait for: an ``Expectation``.
-    :param metrics_conn_id: The ``backlog_metrics`` connection whose database the job writes
-        its checkpoints to; default ``backlog_metrics_default``.
-    :param deferrable: True: after a first check, defer to the triggerer, which polls
-        without holding a worker slot. False: poke (use ``mode="reschedule"``). Default:
-        Airflow's ``[operators] default_deferrable``.
-    :param poke_interval: Seconds (or a timedelta) between checks, deferred or not; default 30.
-    :param database_retry_timeout: How long a metrics database that does not answer is asked
-        again before the sensor fails (default 5 minutes). When poking in reschedule mode,
-        each poke starts afresh and the sensor's ``timeout`` bounds the retries instead.
-    """
+    run ended while it was awaited. Its arguments are documented on ``BacklogPhaseSensor``
+    (``expectation`` is what each sensor builds from its own arguments)."""
 
     template_fields = ("job_name",)
 
@@ -155,19 +143,12 @@ class BacklogPhaseSensor(_JobSensor):
 
 
 class BacklogFreshnessSensor(_JobSensor):
-    """Waits until ``job_name`` has committed a checkpoint within ``within``.
+    """Waits until ``job_name`` has committed a checkpoint within ``within``. It takes
+    ``metrics_conn_id``, ``deferrable``, ``poke_interval`` and ``database_retry_timeout`` as
+    ``BacklogPhaseSensor`` does.
 
     :param job_name: The job's name. (templated)
     :param within: How recent the latest checkpoint must be: a timedelta, or seconds; above 0.
-    :param metrics_conn_id: The ``backlog_metrics`` connection whose database the job writes
-        its checkpoints to; default ``backlog_metrics_default``.
-    :param deferrable: True: after a first check, defer to the triggerer, which polls
-        without holding a worker slot. False: poke (use ``mode="reschedule"``). Default:
-        Airflow's ``[operators] default_deferrable``.
-    :param poke_interval: Seconds (or a timedelta) between checks, deferred or not; default 30.
-    :param database_retry_timeout: How long a metrics database that does not answer is asked
-        again before the sensor fails (default 5 minutes). When poking in reschedule mode,
-        each poke starts afresh and the sensor's ``timeout`` bounds the retries instead.
     """
 
     def __init__(self, *, job_name: str, within: timedelta | float, **kwargs: Any):

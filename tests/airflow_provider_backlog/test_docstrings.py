@@ -65,7 +65,10 @@ def init_owners(cls: type) -> list[type]:
 def required_params(cls: type) -> set[str]:
     """What the docstring must document: the named parameters of the ``__init__`` that
     ``cls`` uses, when the provider defines it (an inherited Airflow or standard library
-    ``__init__`` is documented where it is defined)."""
+    ``__init__`` is documented where it is defined). A private base's arguments are
+    documented on the public classes built on it, which users read."""
+    if cls.__name__.startswith("_"):
+        return set()
     owner = init_owners(cls)[0]
     names = set(init_parameters(owner)[0]) if is_provider(owner) else set()
     if issubclass(cls, DbApiHook):
