@@ -58,6 +58,29 @@ backlog_checkpoints = Table(
     # Files and records the batch set aside as malformed (NULL: its sources have no
     # quarantine, or the row was recovered).
     Column("quarantined", BigInteger, nullable=True),
+    # Where the batch's time went, Spark's durationMs parts (NULL: recorded before these
+    # columns, or recovered). Their sum is batch_duration_ms, but for a few ms of Spark's
+    # own bookkeeping; everything but add_batch_ms is the checkpoint's fixed cost.
+    Column("latest_offset_ms", BigInteger, nullable=True),
+    Column("get_batch_ms", BigInteger, nullable=True),
+    Column("query_planning_ms", BigInteger, nullable=True),
+    # The data work: reading, processing, updating state and writing to the sink.
+    Column("add_batch_ms", BigInteger, nullable=True),
+    # Writing the offset log (write-ahead) and the commit log of the checkpoint.
+    Column("wal_commit_ms", BigInteger, nullable=True),
+    Column("commit_offsets_ms", BigInteger, nullable=True),
+    # Rows the sink wrote, and its commit time where the sink reports one.
+    Column("sink_output_rows", BigInteger, nullable=True),
+    Column("sink_commit_ms", BigInteger, nullable=True),
+    # The state the checkpoint carries, summed over the stateful operators (NULL: none).
+    Column("state_rows_total", BigInteger, nullable=True),
+    Column("state_rows_updated", BigInteger, nullable=True),
+    Column("state_memory_bytes", BigInteger, nullable=True),
+    Column("state_disk_bytes", BigInteger, nullable=True),
+    Column("state_commit_ms", BigInteger, nullable=True),
+    # Per stateful operator, JSON list: name, the numbers above, and RocksDB's commit
+    # latencies (flush, compact, checkpoint, file sync) where it is the state store.
+    Column("state_operators", Text, nullable=True),
     # A retried insert of the same batch is a no-op rather than a second row.
     UniqueConstraint("job_name", "run_id", "batch_id", name="uq_backlog_checkpoints_batch"),
     # The sensors' "latest checkpoints" order by (committed_at, id): no sort with this.
@@ -73,6 +96,9 @@ backlog_transitions = Table(
     Column("at", DateTime(timezone=True), nullable=False),
     Column("is_backlog", Boolean, nullable=False),
     Column("reason", String(500), nullable=False),
+    # FLIP-327: each operator's status after the change, JSON list of id, kind, source,
+    # inputs and is_backlog (NULL: the job's operator graph was not known).
+    Column("operators", Text, nullable=True),
     UniqueConstraint(
         "job_name", "run_id", "at", "is_backlog", name="uq_backlog_transitions_change"
     ),
@@ -147,7 +173,7 @@ def _require_utc(value: datetime | None, field: str) -> datetime | None:
 class CheckpointRow:
     """One committed micro-batch. Datetimes are normalised to UTC; naive ones are refused.
 
-    ``sources`` and ``observed_metrics`` are JSON text, stored as given.
+    ``sources``, ``observed_metrics`` and ``state_operators`` are JSON text, stored as given.
     """
 
     job_name: str
@@ -163,6 +189,20 @@ class CheckpointRow:
     observed_metrics: str | None
     recovered: bool | None = None
     quarantined: int | None = None
+    latest_offset_ms: int | None = None
+    get_batch_ms: int | None = None
+    query_planning_ms: int | None = None
+    add_batch_ms: int | None = None
+    wal_commit_ms: int | None = None
+    commit_offsets_ms: int | None = None
+    sink_output_rows: int | None = None
+    sink_commit_ms: int | None = None
+    state_rows_total: int | None = None
+    state_rows_updated: int | None = None
+    state_memory_bytes: int | None = None
+    state_disk_bytes: int | None = None
+    state_commit_ms: int | None = None
+    state_operators: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "committed_at", _require_utc(self.committed_at, "committed_at"))
@@ -178,6 +218,7 @@ class TransitionRow:
     at: datetime
     is_backlog: bool
     reason: str
+    operators: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "at", _require_utc(self.at, "at"))

@@ -58,6 +58,20 @@ def test_checkpoint_table_columns():
         ("observed_metrics", "Text", True),
         ("recovered", "Boolean", True),
         ("quarantined", "BigInteger", True),
+        ("latest_offset_ms", "BigInteger", True),
+        ("get_batch_ms", "BigInteger", True),
+        ("query_planning_ms", "BigInteger", True),
+        ("add_batch_ms", "BigInteger", True),
+        ("wal_commit_ms", "BigInteger", True),
+        ("commit_offsets_ms", "BigInteger", True),
+        ("sink_output_rows", "BigInteger", True),
+        ("sink_commit_ms", "BigInteger", True),
+        ("state_rows_total", "BigInteger", True),
+        ("state_rows_updated", "BigInteger", True),
+        ("state_memory_bytes", "BigInteger", True),
+        ("state_disk_bytes", "BigInteger", True),
+        ("state_commit_ms", "BigInteger", True),
+        ("state_operators", "Text", True),
     ]
     assert [c.name for c in backlog_checkpoints.primary_key] == ["id"]
     assert backlog_checkpoints.c.id.autoincrement is True
@@ -73,6 +87,7 @@ def test_transition_table_columns():
         ("at", "DateTime(timezone=True)", False),
         ("is_backlog", "Boolean", False),
         ("reason", "String(500)", False),
+        ("operators", "Text", True),
     ]
     assert [c.name for c in backlog_transitions.primary_key] == ["id"]
     assert backlog_transitions.c.id.autoincrement is True
