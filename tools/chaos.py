@@ -248,11 +248,12 @@ def database(trial: Trial) -> tuple[str, ...]:
     trial.wait_for("a checkpoint", lambda rows: len(rows) >= 1 + trial.rng.randrange(8))
     away_s = trial.rng.uniform(1.0, 2 * LEASE_TTL_S)
     say(f"  database-away: {away_s:.1f} s")
-    with database_away(metrics_directory(trial)):
+    metrics = metrics_directory(trial)
+    with database_away(metrics):
         time.sleep(away_s)
     trial.wait_for("live data", live_for(3, 0))
     say("  database-away-at-shutdown")
-    with database_away(metrics_directory(trial)):
+    with database_away(metrics):
         trial.producer.stop()
         trial.terminate()
     # The rows the stopped run could not deliver wait in its journal for the next run,

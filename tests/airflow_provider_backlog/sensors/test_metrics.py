@@ -146,6 +146,10 @@ def test_deferring_by_default_follows_airflows_default_deferrable(setting):
     )
     environment = os.environ | {"AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE": setting}
     result = subprocess.run(
-        [sys.executable, "-c", script], env=environment, capture_output=True, text=True
+        [sys.executable, "-c", script],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.stdout.strip() == setting, result.stderr
