@@ -17,10 +17,9 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from urllib.parse import quote
 
 import sqlalchemy as sa
-from airflow.api_fastapi.app import API_ROOT_PATH, get_auth_manager
+from airflow.api_fastapi.app import get_auth_manager
 from airflow.api_fastapi.auth.managers.models.resource_details import AccessView
 from airflow.api_fastapi.core_api.security import requires_access_dag, requires_access_view
 from airflow.sdk.exceptions import AirflowNotFoundException
@@ -31,7 +30,6 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from airflow_provider_backlog import METRICS_CONN_TYPE
 from airflow_provider_backlog.hooks.metrics import BacklogMetricsHook, MetricsConnectionError
-from airflow_provider_backlog.plugins.backlog_view import DAG_ROUTE, NAV_ROUTE
 from airflow_provider_backlog.ui import pages
 from airflow_provider_backlog.ui.dag_jobs import dag_jobs
 
@@ -186,18 +184,9 @@ def mount_path(request: Request) -> str:
     return request.scope.get("root_path", "").rstrip("/")
 
 
-def ui_page(request: Request) -> str:
-    """The page of Airflow's UI that shows this request's page in its iframe."""
-    dag_id = request.path_params.get("dag_id")
-    if dag_id is not None:
-        return f"{API_ROOT_PATH}dags/{quote(dag_id, safe='')}/plugin/{DAG_ROUTE}"
-    query = f"?{request.url.query}" if request.url.query else ""
-    return f"{API_ROOT_PATH}plugin/{NAV_ROUTE}{request.url.path}{query}"
-
-
 async def error_page(request: Request, error: StarletteHTTPException) -> Response:
-    """Errors as JSON for API clients, and as a page for a browser (the view's iframe):
-    a 401 or 403 with a link to sign in, which opens in the whole window."""
+    """Errors as JSON for API clients, and as a page for a browser (the view's iframe);
+    a 401 or 403 with a link to sign in."""
     if "text/html" not in request.headers.get("accept", ""):
         return await http_exception_handler(request, error)
     body = f"<p>{html.escape(str(error.detail))}</p>"
@@ -213,10 +202,12 @@ async def error_page(request: Request, error: StarletteHTTPException) -> Respons
 
 
 def sign_in(request: Request, why: str) -> str:
-    """A link to Airflow's sign-in page that opens in the whole window, not the iframe,
-    and comes back to the UI page that shows this one."""
-    login = get_auth_manager().get_url_login(next_url=ui_page(request))
-    return f'<p><a id="sign-in" href="{html.escape(login)}" target="_top">Sign in</a> {why}</p>'
+    """A link to Airflow's sign-in page that comes back to this page. It opens where the
+    page is: Airflow 3.3's iframe sandbox has no allow-top-navigation, so a link meant
+    for the whole window (target=_top) would do nothing there."""
+    here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    login = get_auth_manager().get_url_login(next_url=here)
+    return f'<p><a id="sign-in" href="{html.escape(login)}">Sign in</a> {why}</p>'
 
 
 ERROR_PAGE = """<!DOCTYPE html>
