@@ -11,12 +11,12 @@ errors in a form the view's iframe can show: a page with a sign-in link rather t
 
 from __future__ import annotations
 
-import html
 import logging
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from html import escape
 
 import sqlalchemy as sa
 from airflow.api_fastapi.app import get_auth_manager
@@ -31,7 +31,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from airflow_provider_backlog import METRICS_CONN_TYPE
 from airflow_provider_backlog.hooks.metrics import BacklogMetricsHook, MetricsConnectionError
 from airflow_provider_backlog.ui import pages
-from airflow_provider_backlog.ui.dag_jobs import dag_jobs
+from airflow_provider_backlog.ui.dag_jobs import DagJobs, dag_jobs
+from airflow_provider_backlog.ui.links import Links
 
 log = logging.getLogger(__name__)
 
@@ -90,21 +91,54 @@ def job(
     response_class=HTMLResponse,
 )
 def dag(request: Request, dag_id: str, conn_id: str = DEFAULT_CONN_ID) -> HTMLResponse:
-    """The DAG's tab: the jobs its tasks act on."""
+    """The DAG's tab: the jobs its tasks act on, and what its templates leave open."""
     try:
         found = dag_jobs(dag_id)
     except LookupError as error:
         raise HTTPException(status.HTTP_404_NOT_FOUND, str(error)) from error
+    root = mount_path(request)
     with metrics_hook(conn_id) as hook:
         page = pages.dag_page(
             hook,
-            root=mount_path(request),
+            root=root,
             conn_id=conn_id,
             dag_id=dag_id,
             job_names=found.job_names,
             now=_now(),
         )
-    return HTMLResponse(page)
+    # dag_page knows job names only: the note goes below its one heading.
+    return HTMLResponse(page.replace("</h1>", "</h1>" + templates_note(found, root, conn_id), 1))
+
+
+def templates_note(found: DagJobs, root: str, conn_id: str) -> str:
+    """What the tab says of job names given as templates: one rendered with the DAG's
+    default params may differ in a run given others, and one only a run renders is not
+    listed at all."""
+    every_job = escape(Links(root, conn_id).jobs())
+    items = []
+    for task in found.tasks:
+        if task.job_name == task.written:
+            continue
+        if task.job_name is None:
+            meaning = (
+                f'is known only to a run, so it is not listed here; <a href="{every_job}">'
+                "every job</a> of the database shows it once it runs"
+            )
+        else:
+            meaning = (
+                f"is <code>{escape(task.job_name)}</code> with the DAG's default params; a "
+                "run given other params acts on another job"
+            )
+        items.append(
+            f"<li>task <code>{escape(task.task_id)}</code>: "
+            f"<code>{escape(task.written)}</code> {meaning}</li>"
+        )
+    if not items:
+        return ""
+    listed = "".join(items)
+    return (
+        f'<div class="note" id="templates"><p>Jobs named by templates:</p><ul>{listed}</ul></div>'
+    )
 
 
 @contextmanager
@@ -189,7 +223,7 @@ async def error_page(request: Request, error: StarletteHTTPException) -> Respons
     a 401 or 403 with a link to sign in."""
     if "text/html" not in request.headers.get("accept", ""):
         return await http_exception_handler(request, error)
-    body = f"<p>{html.escape(str(error.detail))}</p>"
+    body = f"<p>{escape(str(error.detail))}</p>"
     if error.status_code == status.HTTP_401_UNAUTHORIZED:
         body += sign_in(request, "to see the Backlog view.")
     elif error.status_code == status.HTTP_403_FORBIDDEN:
@@ -207,7 +241,7 @@ def sign_in(request: Request, why: str) -> str:
     for the whole window (target=_top) would do nothing there."""
     here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
     login = get_auth_manager().get_url_login(next_url=here)
-    return f'<p><a id="sign-in" href="{html.escape(login)}">Sign in</a> {why}</p>'
+    return f'<p><a id="sign-in" href="{escape(login)}">Sign in</a> {why}</p>'
 
 
 ERROR_PAGE = """<!DOCTYPE html>

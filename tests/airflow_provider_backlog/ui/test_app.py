@@ -34,6 +34,10 @@ with DAG("watches_events", schedule=None):
 
 with DAG("runs_no_job", schedule=None):
     EmptyOperator(task_id="nothing")
+
+with DAG("templated_jobs", schedule=None, params={"job": "events"}):
+    BacklogPhaseSensor(task_id="from_params", job_name="{{ params.job }}", phase="live")
+    BacklogPhaseSensor(task_id="by_date", job_name="daily-{{ ds }}", phase="live")
 """
 ROUTES = ["/backlog/", "/backlog/jobs/events", "/backlog/dags/watches_events"]
 
@@ -189,11 +193,24 @@ def test_a_job_without_metrics_is_404(as_user) -> None:
 def test_the_dag_tab_shows_the_jobs_of_the_dag(as_user) -> None:
     answer = as_user("viewer", "/backlog/dags/watches_events")
     assert answer.status_code == 200, answer.text
-    assert "events" in answer.text
+    assert 'data-job="events"' in answer.text and 'id="templates"' not in answer.text
 
 
-def test_the_dag_tab_of_a_dag_without_jobs_is_a_page_too(as_user) -> None:
-    assert as_user("viewer", "/backlog/dags/runs_no_job").status_code == 200
+def test_the_dag_tab_says_what_templates_leave_open(as_user) -> None:
+    """A template of the DAG's params is rendered with their defaults, and says so; one
+    only a run renders is named, not listed as a job."""
+    answer = as_user("viewer", "/backlog/dags/templated_jobs")
+    assert answer.status_code == 200, answer.text
+    assert 'data-job="events"' in answer.text and 'data-job="daily' not in answer.text
+    note = answer.text.split('id="templates"')[1].split("</div>")[0]
+    assert "<code>{{ params.job }}</code> is <code>events</code> with the DAG's default" in note
+    assert "<code>daily-{{ ds }}</code> is known only to a run" in note
+
+
+def test_the_dag_tab_of_a_dag_without_jobs_says_so(as_user) -> None:
+    answer = as_user("viewer", "/backlog/dags/runs_no_job")
+    assert answer.status_code == 200
+    assert "launches or watches no streaming job" in answer.text
 
 
 def test_the_dag_tab_of_an_unknown_dag_is_404(as_user) -> None:
