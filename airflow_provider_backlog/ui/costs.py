@@ -15,7 +15,7 @@ from statistics import median
 
 from markupsafe import Markup
 
-from airflow_provider_backlog.hooks.metrics_rows import FIXED_PARTS, Checkpoint
+from airflow_provider_backlog.hooks.metrics_values import FIXED_PARTS, Checkpoint
 from airflow_provider_backlog.ui import fmt
 from airflow_provider_backlog.ui.svg import (
     Scale,

@@ -15,7 +15,7 @@ from datetime import datetime
 from itertools import pairwise
 
 from airflow_provider_backlog.hooks.metrics_reads import JobSummary
-from airflow_provider_backlog.hooks.metrics_rows import Checkpoint, SourceReport
+from airflow_provider_backlog.hooks.metrics_values import Checkpoint, SourceReport
 from spark_jobs.metrics.lease import Lease
 
 RUNNING, ENDED, DIED = "running", "ended", "died"

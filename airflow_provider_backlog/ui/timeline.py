@@ -12,7 +12,7 @@ import math
 from markupsafe import Markup
 
 from airflow_provider_backlog.hooks.metrics_reads import JobHistory
-from airflow_provider_backlog.hooks.metrics_rows import Checkpoint
+from airflow_provider_backlog.hooks.metrics_values import Checkpoint
 from airflow_provider_backlog.ui import fmt
 from airflow_provider_backlog.ui.runs import Boundary, Span
 from airflow_provider_backlog.ui.svg import (

@@ -11,7 +11,7 @@ from sqlalchemy.engine import Engine
 
 from airflow_provider_backlog.hooks.metrics import BacklogMetricsHook
 from airflow_provider_backlog.hooks.metrics_reads import MAX_CHECKPOINTS
-from airflow_provider_backlog.hooks.metrics_rows import OperatorStatus, SourceReport
+from airflow_provider_backlog.hooks.metrics_values import OperatorStatus, SourceReport
 from spark_jobs.metrics.schema import make_engine, metadata
 from tests.airflow_provider_backlog.conftest import CONN_ID, add_checkpoints, use_connection
 from tests.airflow_provider_backlog.hooks.story import (

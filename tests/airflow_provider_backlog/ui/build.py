@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from airflow_provider_backlog.hooks.metrics_reads import JobHistory
-from airflow_provider_backlog.hooks.metrics_rows import (
+from airflow_provider_backlog.hooks.metrics_values import (
     Checkpoint,
     ControlRequest,
     SourceReport,
