@@ -130,7 +130,11 @@ def _boundary(boundary: Boundary, x: TimeScale) -> Markup:
     )
     return element(
         "g",
-        {"class": f"boundary {boundary.kind}", "data-boundary": boundary.kind},
+        {
+            "class": f"boundary {boundary.kind}",
+            "data-boundary": boundary.kind,
+            "data-run": boundary.run_id,
+        },
         title(f"{fmt.utc(boundary.at)}: {boundary.text}"),
         _vertical(at_x, "boundary"),
         element("path", {"d": glyph}),

@@ -12,6 +12,7 @@ from airflow_provider_backlog.ui.pages import UnknownJob, dag_page, job_page, jo
 from spark_jobs.metrics.schema import (
     TransitionRow,
     backlog_control,
+    backlog_leases,
     backlog_transitions,
     make_engine,
     metadata,
@@ -24,6 +25,7 @@ from tests.airflow_provider_backlog.conftest import (
     use_connection,
 )
 from tests.airflow_provider_backlog.hooks.story import (
+    LEASES,
     LEGACY_CHECKPOINTS,
     NOW,
     REQUEST,
@@ -97,6 +99,12 @@ def test_an_empty_database_says_so(url, tmp_path, monkeypatch):
     assert " ".join(by_id(html, "jobs").text.split()) == (
         "The metrics database has no job yet: no checkpoint and no lease."
     )
+
+
+def test_a_job_that_took_its_lease_but_has_not_committed_is_listed(hook, url):
+    insert(url, backlog_leases, LEASES[0] | {"job_name": "starting", "checkpoint_location": "x"})
+    html = jobs_page(hook, root=ROOT, conn_id=CONN_ID, now=NOW)
+    assert cells(html, "jobs")[2][:3] == ["starting", "no checkpoint yet", ""]
 
 
 def test_the_job_page_draws_what_the_tables_hold(hook):

@@ -35,6 +35,7 @@ def test_every_checkpoint_transition_run_boundary_and_request_is_drawn():
     assert marked(svg, "data-span") == ["backlog", "lag", "lag"]
     assert marked(svg, "data-transition") == ["1"]
     assert marked(svg, "data-boundary") == ["launch", "takeover", "launch"]
+    assert marked(svg, "data-run") == ["r1", "r1", "r2"]
     assert marked(svg, "data-request") == ["reconfigure", "reconfigure"]
     (change,) = [g for g in svg.iter("g") if g.get("data-transition")]
     assert change.find("title").text == (
