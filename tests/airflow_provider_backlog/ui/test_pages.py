@@ -172,6 +172,20 @@ def test_a_run_page_shows_that_run_s_whole_life(hook):
     )
 
 
+def test_a_past_period_links_to_the_periods_around_it(hook):
+    html = job_page(hook, root="", conn_id="m", job_name="orders", now=NOW, end=seconds(60))
+    found = {label: links(html)[label]["href"] for label in ("last 15 min", "earlier", "later")}
+    assert found == {
+        "last 15 min": "/jobs/orders?conn_id=m&start=2026-11-21T11%3A47%3A30Z"
+        "&end=2026-11-21T12%3A02%3A30Z",
+        "earlier": "/jobs/orders?conn_id=m&start=2026-11-21T10%3A01%3A00Z"
+        "&end=2026-11-21T11%3A01%3A00Z",
+        "later": "/jobs/orders?conn_id=m&start=2026-11-21T12%3A01%3A00Z"
+        "&end=2026-11-21T12%3A02%3A30Z",
+    }
+    assert "later" not in links(job_page(hook, root="", conn_id="m", job_name="orders", now=NOW))
+
+
 @pytest.mark.parametrize(
     ("asked", "error", "message"),
     [
