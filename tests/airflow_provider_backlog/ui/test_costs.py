@@ -36,6 +36,9 @@ def test_each_bar_stacks_the_data_work_under_the_fixed_cost():
             "commit log 40 ms, Spark's bookkeeping 60 ms)"
         )
     )
+    # two checkpoints take two narrow bars, not the chart's whole width
+    strips = [r for r in svg.iter("rect") if r.get("class").startswith("phase")]
+    assert [(r.get("x"), r.get("width")) for r in strips] == [("72", "23"), ("96", "23")]
     unknown = [(r.get("class"), r.get("height")) for r in bars[1].iter("rect")]
     assert unknown == [("phase live", "5"), ("unknown", "80")], "drawn as unknown, not zero"
 
