@@ -85,3 +85,8 @@ def cells(html: str, table_id: str) -> list[list[str]]:
         elif table_id in element.within and element.tag == "td":
             rows[-1].append(" ".join(element.text.split()))
     return [row for row in rows if row]
+
+
+def links(html: str) -> dict[str, dict[str, str | None]]:
+    """Each link's attributes, by its text."""
+    return {" ".join(e.text.split()): e.attributes for e in elements(html) if e.tag == "a"}

@@ -2,65 +2,21 @@
 tests/airflow_provider_backlog/hooks/story.py; what they show is counted against the tables."""
 
 from datetime import timedelta
-from pathlib import Path
 
-import pytest
-
-from airflow_provider_backlog.hooks.metrics import BacklogMetricsHook
 from airflow_provider_backlog.hooks.metrics_reads import MAX_CHECKPOINTS
-from airflow_provider_backlog.ui.pages import UnknownJob, dag_page, job_page, jobs_page
-from spark_jobs.metrics.schema import (
-    TransitionRow,
-    backlog_control,
-    backlog_leases,
-    backlog_transitions,
-    make_engine,
-    metadata,
-    row_values,
-)
-from tests.airflow_provider_backlog.conftest import (
-    CONN_ID,
-    add_checkpoints,
-    insert,
-    use_connection,
-)
+from airflow_provider_backlog.ui.pages import dag_page, job_page, jobs_page
+from spark_jobs.metrics.schema import backlog_leases
+from tests.airflow_provider_backlog.conftest import CONN_ID, add_checkpoints, insert
 from tests.airflow_provider_backlog.hooks.story import (
     LEASES,
     LEGACY_CHECKPOINTS,
     NOW,
-    REQUEST,
     T0,
-    seconds,
     write_release_before,
-    write_story,
 )
-from tests.airflow_provider_backlog.ui.markup import by_id, cells, elements, marked
+from tests.airflow_provider_backlog.ui.markup import by_id, cells, links, marked
 
 ROOT = "/backlog"
-
-
-def connect(monkeypatch: pytest.MonkeyPatch, path: Path) -> BacklogMetricsHook:
-    use_connection(monkeypatch, host=str(path))
-    return BacklogMetricsHook(CONN_ID)
-
-
-@pytest.fixture
-def url(tmp_path: Path) -> str:
-    url = f"sqlite:///{tmp_path}/metrics.db"
-    engine = make_engine(url)
-    metadata.create_all(engine)
-    engine.dispose()
-    return url
-
-
-@pytest.fixture
-def hook(url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> BacklogMetricsHook:
-    write_story(url)
-    return connect(monkeypatch, tmp_path / "metrics.db")
-
-
-def links(html: str) -> dict[str, dict]:
-    return {" ".join(e.text.split()): e.attributes for e in elements(html) if e.tag == "a"}
 
 
 def test_the_jobs_page_shows_where_every_job_stands(hook):
@@ -94,8 +50,8 @@ def test_the_jobs_page_shows_where_every_job_stands(hook):
     }
 
 
-def test_an_empty_database_says_so(url, tmp_path, monkeypatch):
-    html = jobs_page(connect(monkeypatch, tmp_path / "metrics.db"), root="", conn_id="m", now=NOW)
+def test_an_empty_database_says_so(empty):
+    html = jobs_page(empty, root="", conn_id="m", now=NOW)
     assert " ".join(by_id(html, "jobs").text.split()) == (
         "The metrics database has no job yet: no checkpoint and no lease."
     )
@@ -172,63 +128,6 @@ def test_a_run_page_shows_that_run_s_whole_life(hook):
     )
 
 
-def test_a_past_period_links_to_the_periods_around_it(hook):
-    html = job_page(hook, root="", conn_id="m", job_name="orders", now=NOW, end=seconds(60))
-    found = {label: links(html)[label]["href"] for label in ("last 15 min", "earlier", "later")}
-    assert found == {
-        "last 15 min": "/jobs/orders?conn_id=m&start=2026-11-21T11%3A47%3A30Z"
-        "&end=2026-11-21T12%3A02%3A30Z",
-        "earlier": "/jobs/orders?conn_id=m&start=2026-11-21T10%3A01%3A00Z"
-        "&end=2026-11-21T11%3A01%3A00Z",
-        "later": "/jobs/orders?conn_id=m&start=2026-11-21T12%3A01%3A00Z"
-        "&end=2026-11-21T12%3A02%3A30Z",
-    }
-    assert "later" not in links(job_page(hook, root="", conn_id="m", job_name="orders", now=NOW))
-
-
-@pytest.mark.parametrize(
-    ("asked", "error", "message"),
-    [
-        ({"job_name": "nobody"}, UnknownJob, "job 'nobody' has no checkpoint and no lease in the "
-         "metrics database of connection 'metrics_test'"),
-        ({"run_id": "r9"}, UnknownJob, "job 'orders' has no run 'r9' in the metrics database"),
-        ({"start": NOW, "end": T0}, ValueError,
-         "start 2026-11-21T12:02:30Z must be before end 2026-11-21T12:00:00Z"),
-        ({"start": T0 - timedelta(days=8)}, ValueError,
-         "the period from 2026-11-13T12:00:00Z to 2026-11-21T12:02:30Z lasts 8 d; a page "
-         "shows at most 7 d"),
-        ({"start": T0.replace(tzinfo=None)}, ValueError,
-         "start = 2026-11-21T12:00:00 must be timezone-aware, e.g. in UTC"),
-        ({"run_id": "r1", "end": NOW}, ValueError,
-         "ask for run 'r1' or for a period (start, end), not both"),
-    ],
-)  # fmt: skip
-def test_what_a_page_cannot_show_is_refused_by_name(hook, asked, error, message):
-    asked = {"job_name": "orders"} | asked
-    with pytest.raises(error) as refused:
-        job_page(hook, root=ROOT, conn_id=CONN_ID, now=NOW, **asked)
-    assert refused.value.args == (message,)
-
-
-def test_what_the_database_says_is_escaped(hook, url):
-    job = "<script>alert(1)</script>"
-    add_checkpoints(url, job, "<b>run</b>", T0, "l")
-    change = TransitionRow(job, "<b>run</b>", seconds(1), True, "<i>because</i>")
-    insert(url, backlog_transitions, row_values(change))
-    insert(url, backlog_control, REQUEST | {"job_name": job, "answer": "<img src=x>"})
-    pages = [
-        jobs_page(hook, root=ROOT, conn_id=CONN_ID, now=NOW),
-        job_page(hook, root=ROOT, conn_id=CONN_ID, job_name=job, now=NOW),
-    ]
-    for html in pages:
-        assert not [e.tag for e in elements(html) if e.tag in ("script", "b", "i", "img")]
-        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
-    assert "&lt;i&gt;because&lt;/i&gt;" in pages[1] and "&lt;img src=x&gt;" in pages[1]
-    assert links(pages[0])[job]["href"] == (
-        "/backlog/jobs/%3Cscript%3Ealert%281%29%3C%2Fscript%3E?conn_id=metrics_test"
-    )
-
-
 def test_a_dag_tab_lists_the_jobs_of_its_tasks(hook):
     html = dag_page(
         hook, root=ROOT, conn_id=CONN_ID, dag_id="etl", job_names=["orders", "nope"], now=NOW
@@ -249,10 +148,9 @@ def test_a_dag_tab_lists_the_jobs_of_its_tasks(hook):
     )
 
 
-def test_a_database_of_the_release_before_shows_its_costs_as_unknown(url, tmp_path, monkeypatch):
+def test_a_database_of_the_release_before_shows_its_costs_as_unknown(url, empty):
     write_release_before(url, LEGACY_CHECKPOINTS, [])
-    hook = connect(monkeypatch, tmp_path / "metrics.db")
-    html = job_page(hook, root=ROOT, conn_id=CONN_ID, job_name="legacy", now=NOW)
+    html = job_page(empty, root=ROOT, conn_id=CONN_ID, job_name="legacy", now=NOW)
     assert marked(html, "data-checkpoint", "costs") == ["old-1:0", "old-1:1"]
     assert marked(html, "data-unknown", "costs") == ["true", "true"]
     assert cells(html, "medians") == [["live", "2 (0)", "unknown"]]
@@ -260,10 +158,9 @@ def test_a_database_of_the_release_before_shows_its_costs_as_unknown(url, tmp_pa
     assert by_id(html, "operators").text == "The job has had no transition yet."
 
 
-def test_a_busy_period_shows_its_newest_checkpoints_and_says_so(url, tmp_path, monkeypatch):
+def test_a_busy_period_shows_its_newest_checkpoints_and_says_so(url, empty):
     add_checkpoints(url, "busy", "b1", T0, "l" * (MAX_CHECKPOINTS + 1))
-    hook = connect(monkeypatch, tmp_path / "metrics.db")
-    html = job_page(hook, root=ROOT, conn_id=CONN_ID, job_name="busy", now=T0 + timedelta(hours=1))
+    html = job_page(empty, root=ROOT, conn_id=CONN_ID, job_name="busy", now=T0 + timedelta(hours=1))
     assert len(marked(html, "data-checkpoint", "timeline")) == MAX_CHECKPOINTS
     assert " ".join(by_id(html, "cut").text.split()) == (
         "This period has more than 2,000 checkpoints: the newest 2,000 are shown, from "
