@@ -24,7 +24,7 @@ from sqlalchemy.engine import URL, Engine, make_url
 from airflow_provider_backlog import METRICS_CONN_TYPE
 from airflow_provider_backlog.hooks import metrics_reads
 from airflow_provider_backlog.hooks.metrics_reads import JobHistory, JobSummary
-from airflow_provider_backlog.hooks.metrics_rows import Checkpoint
+from airflow_provider_backlog.hooks.metrics_values import Checkpoint
 from spark_jobs.metrics import control, lease
 from spark_jobs.metrics.schema import (
     APPLIED,

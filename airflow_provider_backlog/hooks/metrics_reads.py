@@ -17,13 +17,11 @@ import sqlalchemy as sa
 
 from airflow_provider_backlog.hooks.metrics_rows import (
     CHECKPOINT_COLUMNS,
-    Checkpoint,
-    ControlRequest,
-    Transition,
     checkpoint,
     control_request,
     transition,
 )
+from airflow_provider_backlog.hooks.metrics_values import Checkpoint, ControlRequest, Transition
 from spark_jobs.metrics.lease import Lease, latest_lease
 from spark_jobs.metrics.schema import (
     as_utc,

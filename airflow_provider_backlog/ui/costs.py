@@ -15,7 +15,7 @@ from statistics import median
 
 from markupsafe import Markup
 
-from airflow_provider_backlog.hooks.metrics_rows import FIXED_PARTS, Checkpoint
+from airflow_provider_backlog.hooks.metrics_values import FIXED_PARTS, Checkpoint
 from airflow_provider_backlog.ui import fmt
 from airflow_provider_backlog.ui.svg import (
     Scale,
@@ -28,6 +28,8 @@ from airflow_provider_backlog.ui.svg import (
 )
 
 WIDTH, LEFT, RIGHT, TOP, BOTTOM = 960.0, 72.0, 64.0, 12.0, 172.0
+#: The most room a bar takes, so that a few checkpoints do not look like long ones.
+WIDEST_BAR = 24.0
 #: The bar's segments from the bottom up: the data work, then the fixed cost's parts.
 SEGMENTS = ("add_batch_ms", *FIXED_PARTS, "other_ms")
 LABELS = {
@@ -123,7 +125,7 @@ def costs_chart(checkpoints: tuple[Checkpoint, ...], job_name: str) -> Markup:
     """A stacked bar per checkpoint, in commit order, on one duration scale."""
     longest = max((c.batch_duration_ms for c in checkpoints), default=0)
     y = Scale(0, max(longest, 1), BOTTOM, TOP)
-    step = (WIDTH - RIGHT - LEFT) / max(len(checkpoints), 1)
+    step = min((WIDTH - RIGHT - LEFT) / max(len(checkpoints), 1), WIDEST_BAR)
     width = step - 1 if step > 4 else step
     bars = [_bar(c, LEFT + i * step, width, y) for i, c in enumerate(checkpoints)]
     axis = [

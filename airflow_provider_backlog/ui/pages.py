@@ -84,7 +84,7 @@ def dag_page(
     return _render("dag.html", Links(root, conn_id), now, rows=rows, dag_id=dag_id)
 
 
-def period(
+def _period(
     now: datetime, start: datetime | None, end: datetime | None
 ) -> tuple[datetime, datetime]:
     """The period asked for: ``DEFAULT_PERIOD`` up to ``end`` (default ``now``) unless
@@ -152,7 +152,7 @@ def job_page(
     if run_id is not None:
         since, until = _run_period(hook, job_name, run_id, now)
     else:
-        since, until = period(now, start, end)
+        since, until = _period(now, start, end)
     history = _newest_kept(hook.job_history(job_name, since, until))
     phases = spans(history)
     run_rows = runs(history, phases, now)
@@ -165,6 +165,7 @@ def job_page(
         history=history,
         cut=MAX_CHECKPOINTS if history.checkpoints_cut else None,
         periods=_period_links(links, job_name, history, now),
+        max_period=MAX_PERIOD,
         run_id=run_id,
         timeline=timeline(history, phases, boundaries(history, run_rows)),
         runs=run_rows,
@@ -187,6 +188,6 @@ def _period_links(
     shown = min(history.until - history.since, MAX_PERIOD)
     offered = [(f"last {fmt.duration(p.total_seconds())}", to(now - p, now)) for p in PRESETS]
     offered.append(("earlier", to(history.since - shown, history.since)))
-    if history.until < now:
+    if now - history.until >= timedelta(seconds=1):  # what a link's time can tell apart
         offered.append(("later", to(history.until, min(history.until + shown, now))))
     return offered

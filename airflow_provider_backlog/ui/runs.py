@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from airflow_provider_backlog.hooks.metrics_reads import JobHistory
-from airflow_provider_backlog.hooks.metrics_rows import Checkpoint
+from airflow_provider_backlog.hooks.metrics_values import Checkpoint
 
 LAUNCH, END, DEATH, TAKEOVER = "launch", "end", "death", "takeover"
 

@@ -15,7 +15,7 @@ from datetime import datetime
 from itertools import pairwise
 
 from airflow_provider_backlog.hooks.metrics_reads import JobSummary
-from airflow_provider_backlog.hooks.metrics_rows import Checkpoint, SourceReport
+from airflow_provider_backlog.hooks.metrics_values import Checkpoint, SourceReport
 from spark_jobs.metrics.lease import Lease
 
 RUNNING, ENDED, DIED = "running", "ended", "died"
@@ -65,7 +65,7 @@ class JobRow:
         return url if url and url.startswith(("http://", "https://")) else None
 
 
-def lease_state(lease: Lease | None, now: datetime) -> str | None:
+def _lease_state(lease: Lease | None, now: datetime) -> str | None:
     if lease is None:
         return None
     if lease.released_at is not None:
@@ -73,7 +73,7 @@ def lease_state(lease: Lease | None, now: datetime) -> str | None:
     return RUNNING if lease.expires_at > now else DIED
 
 
-def largest_live_gap_s(recent: tuple[Checkpoint, ...]) -> float | None:
+def _largest_live_gap_s(recent: tuple[Checkpoint, ...]) -> float | None:
     """The largest gap between consecutive live checkpoints of one run, in seconds."""
     gaps = [
         (later.committed_at - earlier.committed_at).total_seconds()
@@ -85,7 +85,7 @@ def largest_live_gap_s(recent: tuple[Checkpoint, ...]) -> float | None:
 
 def job_row(summary: JobSummary, now: datetime) -> JobRow:
     """The line of ``summary``'s job at ``now``."""
-    state = lease_state(summary.lease, now)
+    state = _lease_state(summary.lease, now)
     if not summary.recent:
         return JobRow(summary.job_name, summary.lease, state)
     latest = summary.recent[-1]
@@ -100,7 +100,7 @@ def job_row(summary: JobSummary, now: datetime) -> JobRow:
         run_id=latest.run_id,
         last_checkpoint_at=latest.committed_at,
         age_s=(now - latest.committed_at).total_seconds(),
-        live_gap_s=largest_live_gap_s(summary.recent),
+        live_gap_s=_largest_live_gap_s(summary.recent),
         interval_ms=latest.effective_interval_ms,
         sources=latest.sources,
     )

@@ -12,7 +12,7 @@ import math
 from markupsafe import Markup
 
 from airflow_provider_backlog.hooks.metrics_reads import JobHistory
-from airflow_provider_backlog.hooks.metrics_rows import Checkpoint
+from airflow_provider_backlog.hooks.metrics_values import Checkpoint
 from airflow_provider_backlog.ui import fmt
 from airflow_provider_backlog.ui.runs import Boundary, Span
 from airflow_provider_backlog.ui.svg import (
@@ -130,7 +130,11 @@ def _boundary(boundary: Boundary, x: TimeScale) -> Markup:
     )
     return element(
         "g",
-        {"class": f"boundary {boundary.kind}", "data-boundary": boundary.kind},
+        {
+            "class": f"boundary {boundary.kind}",
+            "data-boundary": boundary.kind,
+            "data-run": boundary.run_id,
+        },
         title(f"{fmt.utc(boundary.at)}: {boundary.text}"),
         _vertical(at_x, "boundary"),
         element("path", {"d": glyph}),

@@ -18,6 +18,8 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 
+import sqlalchemy
+
 from spark_jobs.metrics.schema import (
     CheckpointRow,
     TransitionRow,
@@ -26,6 +28,7 @@ from spark_jobs.metrics.schema import (
     backlog_leases,
     backlog_transitions,
     make_engine,
+    metadata,
     row_values,
 )
 
@@ -186,4 +189,54 @@ def write_story(url: str) -> None:
             connection.execute(table.insert(), [row_values(row) for row in rows])
         connection.execute(backlog_leases.insert(), LEASES)
         connection.execute(backlog_control.insert(), [REQUEST])
+    engine.dispose()
+
+
+#: The columns this release added; a database of the release before lacks them.
+ADDED = {
+    "latest_offset_ms",
+    "get_batch_ms",
+    "query_planning_ms",
+    "add_batch_ms",
+    "wal_commit_ms",
+    "commit_offsets_ms",
+    "sink_output_rows",
+    "sink_commit_ms",
+    "state_rows_total",
+    "state_rows_updated",
+    "state_memory_bytes",
+    "state_disk_bytes",
+    "state_commit_ms",
+    "state_operators",
+    "operators",
+}
+
+
+def write_release_before(
+    url: str, checkpoints: list[CheckpointRow], transitions: list[TransitionRow]
+) -> None:
+    """The tables as the release before created them (without ``ADDED``), with these rows."""
+    old = sqlalchemy.MetaData()
+    for table in metadata.sorted_tables:
+        sqlalchemy.Table(
+            table.name,
+            old,
+            *(
+                sqlalchemy.Column(c.name, c.type, primary_key=c.primary_key, nullable=c.nullable)
+                for c in table.columns
+                if c.name not in ADDED
+            ),
+        )
+    engine = make_engine(url)
+    metadata.drop_all(engine)
+    old.create_all(engine)
+    with engine.begin() as connection:
+        for table, rows in ((backlog_checkpoints, checkpoints), (backlog_transitions, transitions)):
+            values = [row_values(row) for row in rows]
+            if not values:
+                continue
+            connection.execute(
+                old.tables[table.name].insert(),
+                [{k: v for k, v in row.items() if k not in ADDED} for row in values],
+            )
     engine.dispose()

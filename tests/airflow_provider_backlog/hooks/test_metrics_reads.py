@@ -11,20 +11,16 @@ from sqlalchemy.engine import Engine
 
 from airflow_provider_backlog.hooks.metrics import BacklogMetricsHook
 from airflow_provider_backlog.hooks.metrics_reads import MAX_CHECKPOINTS
-from airflow_provider_backlog.hooks.metrics_rows import OperatorStatus, SourceReport
-from spark_jobs.metrics.schema import (
-    backlog_checkpoints,
-    backlog_transitions,
-    make_engine,
-    metadata,
-    row_values,
-)
+from airflow_provider_backlog.hooks.metrics_values import OperatorStatus, SourceReport
+from spark_jobs.metrics.schema import make_engine, metadata
 from tests.airflow_provider_backlog.conftest import CONN_ID, add_checkpoints, use_connection
 from tests.airflow_provider_backlog.hooks.story import (
+    ADDED,
     LEGACY_CHECKPOINTS,
     ORDERS_TRANSITIONS,
     T0,
     seconds,
+    write_release_before,
     write_story,
 )
 
@@ -127,52 +123,8 @@ def test_a_run_lasts_from_its_launch_to_its_end(story):
     assert story.run_period("orders", "r9") is None
 
 
-#: The columns this release added; a database of the release before lacks them.
-ADDED = {
-    "latest_offset_ms",
-    "get_batch_ms",
-    "query_planning_ms",
-    "add_batch_ms",
-    "wal_commit_ms",
-    "commit_offsets_ms",
-    "sink_output_rows",
-    "sink_commit_ms",
-    "state_rows_total",
-    "state_rows_updated",
-    "state_memory_bytes",
-    "state_disk_bytes",
-    "state_commit_ms",
-    "state_operators",
-    "operators",
-}
-
-
 def test_a_database_of_the_release_before_is_migrated_and_read(metrics_url, monkeypatch):
-    old = sa.MetaData()
-    for table in metadata.sorted_tables:
-        sa.Table(
-            table.name,
-            old,
-            *(
-                sa.Column(c.name, c.type, primary_key=c.primary_key, nullable=c.nullable)
-                for c in table.columns
-                if c.name not in ADDED
-            ),
-        )
-    engine = make_engine(metrics_url)
-    metadata.drop_all(engine)
-    old.create_all(engine)
-    with engine.begin() as connection:
-        for table, rows in (
-            (backlog_checkpoints, LEGACY_CHECKPOINTS),
-            (backlog_transitions, ORDERS_TRANSITIONS[:1]),
-        ):
-            values = [row_values(row) for row in rows]
-            connection.execute(
-                old.tables[table.name].insert(),
-                [{k: v for k, v in row.items() if k not in ADDED} for row in values],
-            )
-    engine.dispose()
+    write_release_before(metrics_url, LEGACY_CHECKPOINTS, ORDERS_TRANSITIONS[:1])
     use_connection(monkeypatch, extra={"url": metrics_url})
     hook = BacklogMetricsHook(CONN_ID)
     costs = hook.checkpoint_costs("legacy", T0)
