@@ -282,6 +282,8 @@ def test_a_browser_signs_in_and_reads_the_view_in_airflow(
 ):
     """From Airflow's sign-in page to the Backlog entry's page, whose iframe shows the
     jobs, then the run's timeline with a mark per checkpoint; a screenshot is kept."""
+    browser.get(f"{deployment.url}/api/v2/monitor/health")
+    browser.delete_all_cookies()  # signed out, whatever ran before
     browser.get(f"{deployment.url}/plugin/backlog")
     sign_in(browser, "viewer", deployment.password("viewer"))
     frame = wait(browser, lambda: browser.find_elements(By.TAG_NAME, "iframe"), "the view")[0]
@@ -306,17 +308,38 @@ def test_a_browser_signs_in_and_reads_the_view_in_airflow(
         shutil.copyfile(screenshot, copy)
 
 
+def with_token(browser: WebDriver, deployment: Airflow) -> None:
+    """Signed in as the viewer, by the cookie Airflow's sign-in sets."""
+    browser.get(f"{deployment.url}/api/v2/monitor/health")
+    browser.add_cookie({"name": "_token", "value": deployment.token("viewer"), "path": "/"})
+
+
+def view_frame(browser: WebDriver, page: str) -> None:
+    """Open an Airflow page and switch into the Backlog view's iframe on it."""
+    browser.get(page)
+    frame = wait(browser, lambda: browser.find_elements(By.TAG_NAME, "iframe"), "the view")[0]
+    browser.switch_to.frame(frame)
+
+
+def test_the_dag_tab_shows_on_the_dags_page(deployment: Airflow, browser: WebDriver):
+    """The tab's relative href, with the DAG's id put in by Airflow, reaches the app."""
+    with_token(browser, deployment)
+    view_frame(browser, f"{deployment.url}/dags/watches_events/plugin/backlog-dag")
+    rows = wait(
+        browser, lambda: browser.find_elements(By.CSS_SELECTOR, f'tr[data-job="{JOB}"]'), JOB
+    )
+    assert rows[0].is_displayed()
+    browser.switch_to.default_content()
+
+
 def test_a_browser_signed_out_signs_in_again_inside_the_view(
     deployment: Airflow, browser: WebDriver
 ):
     """A token gone while the view is open: the view's 401 page links to the sign-in page,
     which opens in the iframe (its sandbox blocks links to the whole window) and comes
     back to the view."""
-    browser.get(f"{deployment.url}/api/v2/monitor/health")
-    browser.add_cookie({"name": "_token", "value": deployment.token("viewer"), "path": "/"})
-    browser.get(f"{deployment.url}/plugin/backlog")
-    frame = wait(browser, lambda: browser.find_elements(By.TAG_NAME, "iframe"), "the view")[0]
-    browser.switch_to.frame(frame)
+    with_token(browser, deployment)
+    view_frame(browser, f"{deployment.url}/plugin/backlog")
     links = wait(browser, lambda: browser.find_elements(By.CSS_SELECTOR, "#jobs a"), "jobs")
     browser.delete_cookie("_token")
     links[0].click()

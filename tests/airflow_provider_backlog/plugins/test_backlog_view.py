@@ -24,8 +24,8 @@ def test_airflow_loads_its_views_and_app() -> None:
         {"app": "fastapi.applications.FastAPI", "url_prefix": "/backlog", "name": "Backlog"}
     ]
     views = {view["destination"]: view for view in info["external_views"]}
-    assert views["nav"]["href"] == "backlog/"  # relative: works below a sub-path too
-    assert views["dag"]["href"] == "backlog/dags/{DAG_ID}"
+    assert (views["nav"]["href"], views["nav"]["category"]) == ("backlog/", "browse")
+    assert views["dag"]["href"] == "backlog/dags/{DAG_ID}"  # relative: works below a sub-path
     assert all(view["url_route"] for view in views.values())  # shown in an iframe
 
 
