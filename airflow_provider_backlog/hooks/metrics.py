@@ -9,11 +9,12 @@ write with, which imports no pyspark.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import sqlalchemy as sa
 from airflow.providers.common.sql.hooks.sql import DbApiHook
@@ -21,6 +22,9 @@ from airflow.sdk.exceptions import AirflowException
 from sqlalchemy.engine import URL, Engine, make_url
 
 from airflow_provider_backlog import METRICS_CONN_TYPE
+from airflow_provider_backlog.hooks import metrics_reads
+from airflow_provider_backlog.hooks.metrics_reads import JobHistory, JobSummary
+from airflow_provider_backlog.hooks.metrics_values import Checkpoint
 from spark_jobs.metrics import control, lease
 from spark_jobs.metrics.schema import (
     APPLIED,
@@ -34,6 +38,7 @@ from spark_jobs.metrics.schema import (
     make_engine,
 )
 
+T = TypeVar("T")
 Phase = Literal["live", "backlog"]
 PHASES: tuple[Phase, ...] = ("live", "backlog")
 #: How long a run that took a request may take to answer it.
@@ -411,3 +416,47 @@ class BacklogMetricsHook(DbApiHook):
             if released or time.monotonic() >= deadline:
                 return released
             time.sleep(poll_s)
+
+    def _read(self, read: Callable[..., T], *args: Any) -> T:
+        with self.engine.connect() as connection:
+            return read(connection, *args)
+
+    def job_names(self) -> list[str]:
+        """Every job the database has a checkpoint or a lease of, by name."""
+        return self._read(metrics_reads.job_names)
+
+    def job_summary(self, job_name: str) -> JobSummary | None:
+        """Where ``job_name`` stands (its latest checkpoints, the transition into its phase,
+        its lease); None when it has neither a checkpoint nor a lease."""
+        return self._read(metrics_reads.job_summary, job_name)
+
+    def job_history(self, job_name: str, since: datetime, until: datetime) -> JobHistory:
+        """What ``job_name`` did from ``since`` to ``until`` (aware datetimes): its
+        checkpoints, transitions and requests (each capped, the newest kept) and its lease."""
+        return self._read(metrics_reads.job_history, job_name, since, until)
+
+    def run_period(self, job_name: str, run_id: str) -> tuple[datetime, datetime] | None:
+        """When the run was launched and when it ended (or its lease, while it runs, will
+        expire); None for a run the database does not know."""
+        return self._read(metrics_reads.run_period, job_name, run_id)
+
+    def checkpoint_costs(
+        self, job_name: str, since: datetime, until: datetime | None = None
+    ) -> list[Checkpoint]:
+        """Where the time of each of the job's checkpoints went, and the state it carried.
+
+        Each ``Checkpoint`` has Spark's duration parts (``latest_offset_ms``,
+        ``get_batch_ms``, ``query_planning_ms``, ``wal_commit_ms``, ``commit_offsets_ms``),
+        the data work ``add_batch_ms``, the remainder ``other_ms`` (Spark's bookkeeping),
+        ``fixed_ms`` (every part but the data work), and the state's rows, bytes and commit
+        time. A checkpoint recorded by an older release has them as None: unknown.
+
+        :param job_name: The job's name.
+        :param since: The earliest commit time to read: an aware datetime.
+        :param until: The latest commit time to read: an aware datetime; None (the default)
+            for no end.
+        :return: The checkpoints committed from ``since`` to ``until``, oldest first: at
+            most ``MAX_CHECKPOINTS`` (2000) of them, the newest.
+        """
+        checkpoints, _ = self._read(metrics_reads.checkpoints, job_name, since, until)
+        return list(checkpoints)
