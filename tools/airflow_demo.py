@@ -201,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--ui", action="store_true", help="serve it with airflow standalone instead"
     )
+    parser.add_argument("--port", type=int, default=8080, help="the Airflow UI's port (--ui)")
     args = parser.parse_args(argv)
     try:
         require_java()
@@ -227,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             subprocess.run(airflow("db", "migrate"), env=env, check=True, capture_output=True)
             if args.ui:
-                return serve(env, home, conf)
+                return serve(env, home, conf, args.port)
             log_path = root / "dags-test.log"
             say(f"airflow dags test {DAG_ID} (its log: {log_path})")
             with log_path.open("w") as log:
@@ -252,13 +253,20 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def serve(env: dict[str, str], home: Path, conf: str) -> int:
+def serve(env: dict[str, str], home: Path, conf: str, port: int) -> int:
     """``airflow standalone`` on this setup, until interrupted."""
+    url = f"http://localhost:{port}"
     say(
-        f"\nairflow standalone at http://localhost:8080 (user admin, password in "
+        f"\nairflow standalone at {url} (user admin, password in "
         f"{home / 'simple_auth_manager_passwords.json.generated'});\ntrigger {DAG_ID} with "
         f"the conf {conf}\nCtrl-C ends Airflow and stops the job"
     )
+    # Tasks reach the API server at the execution API's URL, by default on port 8080.
+    env = {
+        **env,
+        "AIRFLOW__API__PORT": str(port),
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{url}/execution/",
+    }
     try:
         return subprocess.run(airflow("standalone"), env=env).returncode
     except KeyboardInterrupt:
