@@ -12,12 +12,15 @@ With ``--ui`` the same setup is served by ``airflow standalone`` instead.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -162,6 +165,19 @@ def stop_job(env: dict[str, str]) -> str:
     return hook.stop(JOB, answer_timeout_s=60, stop_timeout_s=180)
 
 
+@contextlib.contextmanager
+def sigint_blocked() -> Iterator[None]:
+    """Children started meanwhile inherit SIGINT blocked. A terminal's Ctrl-C reaches its
+    whole foreground process group: the embedded broker would stop on it at once, before
+    the job and the producer that need it (the producer's close then waits for minutes on
+    events it can no longer deliver); it is stopped last, by ``EmbeddedBroker.stop``."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def report(root: Path, metrics_url: str, states: dict[str, str]) -> None:
     say("\ntasks of the DAG run:")
     for task, state in states.items():
@@ -215,7 +231,11 @@ def main(argv: list[str] | None = None) -> int:
     first_live_id = prepare_history(data / "history", args.events, args.files)
     metrics_url = f"sqlite:///{data / 'metrics' / 'metrics.db'}"
     env = airflow_environment(home, data)
-    with EmbeddedBroker(root / "broker", {TOPIC: PARTITIONS}) as broker:
+    with contextlib.ExitStack() as stack:
+        broker = EmbeddedBroker(root / "broker", {TOPIC: PARTITIONS})
+        stack.callback(broker.stop)
+        with sigint_blocked():
+            broker.start()
         producer = KafkaProducerThread(
             broker.bootstrap_servers, TOPIC, PARTITIONS, first_live_id, args.live_events_per_s
         )
