@@ -6,20 +6,27 @@ local Spark and a SQLite metrics database. ``airflow dags test backlog_phased`` 
 job with its backlog profile, waits until it is live, relaunches it with its live profile
 and checks it stays fresh; each checkpoint and task state is printed as it happens. Then
 the job is stopped through the provider, and a summary per run and a PNG timeline follow.
-With ``--ui`` the same setup is served by ``airflow standalone`` instead.
+With ``--ui`` the same setup is served by ``airflow standalone`` instead, until Ctrl-C or
+SIGTERM: then Airflow, the job, the producer and the broker are stopped, in that order.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import FrameType
 
+import psutil
 import sqlalchemy as sa
 
 from spark_jobs.backlog.values import count_argument
@@ -37,6 +44,13 @@ TOPIC = "events"
 PARTITIONS = 8
 #: The example DAGs, next to these tools in the checkout.
 DAGS_FOLDER = REPOSITORY / "dags"
+#: After Ctrl-C: how long Airflow gets to end on its own, then after SIGTERM, before SIGKILL.
+AIRFLOW_GRACE_S = 10.0
+TERM_GRACE_S = 5.0
+#: After Ctrl-C: how long the job gets to answer a stop request, then to stop, before its
+#: driver is killed (without a Ctrl-C, the provider's usual minutes).
+JOB_ANSWER_S = 10.0
+JOB_STOP_S = 10.0
 
 
 def airflow_environment(
@@ -151,7 +165,9 @@ def watch(dag_test: subprocess.Popen, home: Path, metrics_url: str) -> None:
         time.sleep(1.0)
 
 
-def stop_job(env: dict[str, str]) -> str:
+def stop_job(
+    env: dict[str, str], answer_timeout_s: float = 60.0, stop_timeout_s: float = 180.0
+) -> str:
     """End the job as a DAG would, through the provider: the DAG leaves it running."""
     os.environ.update(env)
     from airflow_provider_backlog.hooks.metrics import BacklogMetricsHook
@@ -159,7 +175,149 @@ def stop_job(env: dict[str, str]) -> str:
     hook = BacklogMetricsHook()
     if hook.live_run(JOB) is None:
         return "no run of the job is alive"
-    return hook.stop(JOB, answer_timeout_s=60, stop_timeout_s=180)
+    return hook.stop(JOB, answer_timeout_s=answer_timeout_s, stop_timeout_s=stop_timeout_s)
+
+
+class Interrupts:
+    """Ctrl-C and SIGTERM, which end the demo alike. Until it starts stopping what it started,
+    the first raises KeyboardInterrupt where the demo waits. From then on they only set
+    ``hurry``: the shutdown then kills what is left instead of waiting for it, and no
+    KeyboardInterrupt cuts it short, which would leave processes running."""
+
+    def __init__(self) -> None:
+        self.caught = False
+        self.stopping = False
+        self.hurry = threading.Event()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, self._handle)
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if not self.stopping:
+            self.caught = self.stopping = True
+            raise KeyboardInterrupt
+        self.hurry.set()
+
+
+@contextlib.contextmanager
+def sigint_blocked() -> Iterator[None]:
+    """Children started meanwhile inherit SIGINT blocked. A terminal's Ctrl-C reaches its
+    whole foreground process group: the embedded broker would stop on it at once, before
+    the job and the producer that need it (the producer's close then waits for minutes on
+    events it can no longer deliver); it is stopped last, by ``EmbeddedBroker.stop``."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def running(process: psutil.Process) -> bool:
+    """Still running: neither gone nor a zombie waiting for its parent."""
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def session_processes(session: int) -> list[psutil.Process]:
+    """The running processes of a session, wherever their parent's death reparented them."""
+    found = []
+    for process in psutil.process_iter():
+        with contextlib.suppress(OSError):  # gone meanwhile
+            if os.getsid(process.pid) == session and running(process):
+                found.append(process)
+    return found
+
+
+def session_left(
+    leader: subprocess.Popen, seconds: float, hurry: threading.Event
+) -> list[psutil.Process]:
+    """The processes of the session ``leader`` leads still running after ``seconds``, or
+    at once after another Ctrl-C; ``leader`` is reaped once it has ended."""
+    deadline = time.monotonic() + seconds
+    while True:
+        leader.poll()
+        left = session_processes(leader.pid)
+        if not left or hurry.is_set() or time.monotonic() >= deadline:
+            return left
+        hurry.wait(0.2)
+
+
+def end_airflow(standalone: subprocess.Popen, hurry: threading.Event) -> str:
+    """End ``airflow standalone`` and every process of its session.
+
+    SIGINT to standalone alone is its own way to end: it sends SIGTERM to each component
+    and waits for them, and the scheduler then tells its LocalExecutor workers to stop.
+    (A terminal's Ctrl-C reached all of them at once, those workers included, which ignore
+    it; ``subprocess.run`` then killed standalone after 0.25 s, and the scheduler was left
+    waiting at its exit for workers never told to stop.) What is left after
+    ``AIRFLOW_GRACE_S`` (tasks still running, which the scheduler waits for) gets SIGTERM,
+    then SIGKILL."""
+    count = len(session_processes(standalone.pid))
+    if standalone.poll() is None:
+        standalone.send_signal(signal.SIGINT)
+    left = session_left(standalone, AIRFLOW_GRACE_S, hurry)
+    how = ""
+    if left and not hurry.is_set():
+        how = f"; SIGTERM to {len(left)} still running after {AIRFLOW_GRACE_S:g} s"
+        signal_all(left, psutil.Process.terminate)
+        left = session_left(standalone, TERM_GRACE_S, hurry)
+    if left:
+        how += f"; SIGKILL to {len(left)}" + (" after a second Ctrl-C" if hurry.is_set() else "")
+        signal_all(left, psutil.Process.kill)
+    standalone.wait()
+    psutil.wait_procs(left, timeout=TERM_GRACE_S)
+    return f"its {count} processes have ended{how}"
+
+
+def signal_all(processes: list[psutil.Process], send: Callable[[psutil.Process], None]) -> None:
+    """``send`` (``psutil.Process.terminate`` or ``kill``) to each process still there."""
+    for process in processes:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            send(process)
+
+
+def workspace_drivers(data: Path) -> list[psutil.Process]:
+    """The running processes of drivers of the job on this workspace's data, with what they
+    started: spark-submit, its log rotator, the JVM and the Python driver name its
+    checkpoint; Python workers are their children."""
+    checkpoint = str(data / "checkpoint")
+    found: dict[int, psutil.Process] = {}
+    for process in psutil.process_iter(["cmdline"]):
+        if checkpoint in (process.info["cmdline"] or []) and running(process):
+            with contextlib.suppress(psutil.NoSuchProcess):
+                found.update({p.pid: p for p in [process, *process.children(recursive=True)]})
+    return list(found.values())
+
+
+def end_drivers(data: Path, stopping: bool) -> int:
+    """End what is left of the job's drivers: SIGTERM, then SIGKILL after ``TERM_GRACE_S``;
+    returns how many processes that took. A driver leads a session of its own, out of
+    Airflow's reach, so a launch task killed before its first checkpoint, or a stop that
+    timed out, would leave it running. A job that agreed to stop (``stopping``) gets
+    ``TERM_GRACE_S`` to exit on its own first."""
+    drivers = workspace_drivers(data)
+    if stopping:
+        _, drivers = psutil.wait_procs(drivers, timeout=TERM_GRACE_S)
+    signal_all(drivers, psutil.Process.terminate)
+    _, alive = psutil.wait_procs(drivers, timeout=TERM_GRACE_S)
+    signal_all(alive, psutil.Process.kill)
+    psutil.wait_procs(alive, timeout=TERM_GRACE_S)
+    return len(drivers)
+
+
+def end_job(env: dict[str, str], data: Path, interrupts: Interrupts) -> str:
+    """Stop the job through the provider, sooner given up after Ctrl-C and skipped after a
+    second one, then kill whatever is left of its drivers."""
+    answer, stopping = "skipped after a second Ctrl-C", False
+    if not interrupts.hurry.is_set():
+        timeouts = (JOB_ANSWER_S, JOB_STOP_S) if interrupts.caught else ()
+        try:
+            answer, stopping = stop_job(env, *timeouts), True
+        except Exception as error:  # whatever it was, its driver is ended below
+            answer = f"{type(error).__name__}: {error}"
+    ended = end_drivers(data, stopping)
+    return f"{answer}; {ended} processes of its driver ended by signal" if ended else answer
 
 
 def report(root: Path, metrics_url: str, states: dict[str, str]) -> None:
@@ -201,12 +359,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--ui", action="store_true", help="serve it with airflow standalone instead"
     )
+    parser.add_argument("--port", type=int, default=8080, help="the Airflow UI's port (--ui)")
     args = parser.parse_args(argv)
     try:
         require_java()
     except JavaMissing as error:
         print(f"scripts/demo: {error}", file=sys.stderr)
         return 2
+    interrupts = Interrupts()
     root = args.workdir.resolve()
     data, home = root / "data", root / "airflow"
     shutil.rmtree(data, ignore_errors=True)
@@ -214,36 +374,34 @@ def main(argv: list[str] | None = None) -> int:
     first_live_id = prepare_history(data / "history", args.events, args.files)
     metrics_url = f"sqlite:///{data / 'metrics' / 'metrics.db'}"
     env = airflow_environment(home, data)
-    with EmbeddedBroker(root / "broker", {TOPIC: PARTITIONS}) as broker:
+    with contextlib.ExitStack() as stack:
+        broker = EmbeddedBroker(root / "broker", {TOPIC: PARTITIONS})
+        stack.callback(broker.stop)
+        with sigint_blocked():
+            broker.start()
         producer = KafkaProducerThread(
             broker.bootstrap_servers, TOPIC, PARTITIONS, first_live_id, args.live_events_per_s
         )
         say(f"{args.topic_backlog:,} events wait in topic {TOPIC!r} at {broker.bootstrap_servers}")
-        producer.burst(args.topic_backlog)
-        producer.start()
-        conf = json.dumps(
-            {"data_dir": str(data), "kafka_bootstrap_servers": broker.bootstrap_servers}
-        )
         try:
+            producer.burst(args.topic_backlog)
+            producer.start()
+            conf = json.dumps(
+                {"data_dir": str(data), "kafka_bootstrap_servers": broker.bootstrap_servers}
+            )
             subprocess.run(airflow("db", "migrate"), env=env, check=True, capture_output=True)
             if args.ui:
-                return serve(env, home, conf)
-            log_path = root / "dags-test.log"
-            say(f"airflow dags test {DAG_ID} (its log: {log_path})")
-            with log_path.open("w") as log:
-                dag_test = subprocess.Popen(
-                    airflow("dags", "test", DAG_ID, "--conf", conf),
-                    env=env,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                )
-            watch(dag_test, home, metrics_url)
-            states = task_states(home)
-            say("the DAG run has ended; the job runs on, as in production")
+                code = serve(env, home, conf, args.port, interrupts)
+            else:
+                dag_test, states, log_path = run_dag_test(env, root, home, conf, metrics_url)
         finally:
             # Also after an error or Ctrl-C: the driver runs detached from this process.
-            say(f"stopping the job: {stop_job(env)}")
+            interrupts.stopping = True
+            say(f"stopping the job: {end_job(env, data, interrupts)}")
             producer.stop()
+    if args.ui:
+        say("scripts/demo: stopped Airflow, the job, the live producer and the broker")
+        return code
     report(root, metrics_url, states)
     failed = {task: state for task, state in states.items() if state != "success"}
     if dag_test.returncode != 0 or failed:
@@ -252,17 +410,52 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def serve(env: dict[str, str], home: Path, conf: str) -> int:
-    """``airflow standalone`` on this setup, until interrupted."""
+def run_dag_test(
+    env: dict[str, str], root: Path, home: Path, conf: str, metrics_url: str
+) -> tuple[subprocess.Popen, dict[str, str], Path]:
+    """``airflow dags test`` of the DAG, followed until it ends: the process, the task
+    states and its log."""
+    log_path = root / "dags-test.log"
+    say(f"airflow dags test {DAG_ID} (its log: {log_path})")
+    with log_path.open("w") as log:
+        dag_test = subprocess.Popen(
+            airflow("dags", "test", DAG_ID, "--conf", conf),
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    watch(dag_test, home, metrics_url)
+    states = task_states(home)
+    say("the DAG run has ended; the job runs on, as in production")
+    return dag_test, states, log_path
+
+
+def serve(env: dict[str, str], home: Path, conf: str, port: int, interrupts: Interrupts) -> int:
+    """``airflow standalone`` on this setup, until Ctrl-C or SIGTERM (then 0) or its end.
+
+    It runs in a session of its own, which a terminal's Ctrl-C does not reach: this process
+    ends it (``end_airflow``), rather than ``subprocess.run``, which on KeyboardInterrupt
+    kills it after 0.25 s and leaves its components running without it."""
+    url = f"http://localhost:{port}"
     say(
-        f"\nairflow standalone at http://localhost:8080 (user admin, password in "
+        f"\nairflow standalone at {url} (user admin, password in "
         f"{home / 'simple_auth_manager_passwords.json.generated'});\ntrigger {DAG_ID} with "
         f"the conf {conf}\nCtrl-C ends Airflow and stops the job"
     )
+    # Tasks reach the API server at the execution API's URL, by default on port 8080.
+    env = {
+        **env,
+        "AIRFLOW__API__PORT": str(port),
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{url}/execution/",
+    }
+    standalone = subprocess.Popen(airflow("standalone"), env=env, start_new_session=True)
     try:
-        return subprocess.run(airflow("standalone"), env=env).returncode
+        return standalone.wait()
     except KeyboardInterrupt:
         return 0
+    finally:
+        interrupts.stopping = True
+        say(f"stopping Airflow: {end_airflow(standalone, interrupts.hurry)}")
 
 
 if __name__ == "__main__":
