@@ -21,6 +21,7 @@ from tools.report import (
     Checkpoint,
     cadence_s,
     caught_up,
+    cost_lines,
     epoch,
     freshness_s,
     load,
@@ -57,7 +58,8 @@ PARTITIONS = 8
 def summarise(
     checkpoints: list[Checkpoint], transitions: list[dict], burst_at: float | None = None
 ) -> list[str]:
-    """Each backlog and live period, the transitions, real time before any burst, the burst."""
+    """Each backlog and live period, where a checkpoint's time goes in each phase, the
+    transitions, real time before any burst, the burst."""
     origin = checkpoints[0].started_at if checkpoints else 0.0
     lines = ["period                checkpoints        rows      rows/s   decided by"]
     for period in periods(checkpoints):
@@ -74,6 +76,8 @@ def summarise(
     gaps = cadence_s(steady)
     fresh = freshness_s(steady)
     lines += [
+        "",
+        *cost_lines(checkpoints),
         "",
         "transitions:",
         *(

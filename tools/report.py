@@ -34,6 +34,13 @@ class Checkpoint:
     watermark: datetime | None = None
     #: Malformed files and records the batch set aside (None without a quarantine).
     quarantined: int | None = None
+    #: Spark's time on the batch's data (addBatch), and the rest of its duration: the
+    #: checkpoint's fixed cost (None: recorded without its parts, or recovered).
+    data_ms: int | None = None
+    fixed_cost_ms: int | None = None
+    #: The state it carried, over its stateful operators (None: it kept none).
+    state_disk_bytes: int | None = None
+    state_rows: int | None = None
 
     @property
     def duration_s(self) -> float:
@@ -81,6 +88,12 @@ def _checkpoint(row: sa.RowMapping) -> Checkpoint:
         rule=sources[0].get("rule") if sources else None,
         watermark=as_utc(row["watermark"]),
         quarantined=row["quarantined"],
+        data_ms=row["add_batch_ms"],
+        fixed_cost_ms=None
+        if row["add_batch_ms"] is None
+        else row["batch_duration_ms"] - row["add_batch_ms"],
+        state_disk_bytes=row["state_disk_bytes"],
+        state_rows=row["state_rows_total"],
     )
 
 
@@ -107,6 +120,35 @@ def phase_stats(checkpoints: Sequence[Checkpoint]) -> PhaseStats:
         return PhaseStats(0, 0.0, 0)
     duration = checkpoints[-1].committed_at - checkpoints[0].started_at
     return PhaseStats(len(checkpoints), duration, sum(c.rows for c in checkpoints))
+
+
+def cost_lines(checkpoints: Sequence[Checkpoint]) -> list[str]:
+    """Per phase, the median checkpoint's fixed cost, its data work and the state it
+    carried: the numbers an interval is tuned by, since a longer one spreads the fixed cost
+    over more data. Checkpoints recorded without their parts are left out."""
+    lines = [
+        "where a checkpoint's time goes, median per phase:",
+        f"{'phase':8}{'checkpoints':>12}{'fixed cost (ms)':>17}{'data (ms)':>11}"
+        f"{'state on disk (B)':>19}{'state rows':>12}",
+    ]
+    for phase, is_backlog in (("backlog", True), ("live", False)):
+        costed = [
+            c for c in checkpoints if c.is_backlog is is_backlog and c.fixed_cost_ms is not None
+        ]
+        if costed:
+            lines.append(
+                f"{phase:8}{len(costed):>12,d}"
+                f"{_median_text([c.fixed_cost_ms for c in costed]):>17}"
+                f"{_median_text([c.data_ms for c in costed]):>11}"
+                f"{_median_text([c.state_disk_bytes for c in costed]):>19}"
+                f"{_median_text([c.state_rows for c in costed]):>12}"
+            )
+    return lines
+
+
+def _median_text(values: Sequence[int | None]) -> str:
+    known = [value for value in values if value is not None]
+    return f"{statistics.median(known):,.0f}" if known else "-"
 
 
 def periods(checkpoints: Sequence[Checkpoint]) -> list[list[Checkpoint]]:

@@ -97,6 +97,21 @@ class OperatorGraph:
                 result[op.id] = any(inputs)
         return result
 
+    def statuses(self, model: BacklogModel) -> list[dict[str, object]]:
+        """Each operator, inputs before their consumers, with its backlog status: what a
+        transition records."""
+        backlog = self.propagate(model)
+        return [
+            {
+                "id": op.id,
+                "kind": op.kind.value,
+                "source": op.source,
+                "inputs": list(op.inputs),
+                "is_backlog": backlog[op.id],
+            }
+            for op in self._order
+        ]
+
     def describe(self, model: BacklogModel) -> str:
         statuses = self.propagate(model)
         return ", ".join(

@@ -1,12 +1,18 @@
-"""The in-process coordinator: statuses in, decisions out, every checkpoint recorded."""
+"""The in-process coordinator: statuses in, decisions out, every checkpoint recorded.
+
+A checkpoint's row says where its time went and the state it carries, a transition's row
+each operator's status (FLIP-327) when the query's operator graph is known: what a user
+reads to tune the intervals.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -16,7 +22,7 @@ from spark_jobs.backlog.decider import CheckpointDecider, CommittedBatch, Decisi
 from spark_jobs.backlog.graph import OperatorGraph
 from spark_jobs.backlog.lag import LagDetector, watermark_lag_s
 from spark_jobs.backlog.status import BacklogModel, SourceStatus
-from spark_jobs.coordinator.progress import BatchProgress
+from spark_jobs.coordinator.progress import BatchProgress, StateOperatorProgress
 from spark_jobs.metrics.schema import CheckpointRow, TransitionRow
 from spark_jobs.sources.quarantine import count_set_aside
 from spark_jobs.sources.storage import StorageError
@@ -196,6 +202,7 @@ class BacklogCoordinator:
                 at=at,
                 is_backlog=bool(now_backlog),
                 reason=reason,
+                operators=json.dumps(self._graph.statuses(self.model)) if self._graph else None,
             )
         )
         operators = f"; operators: {self._graph.describe(self.model)}" if self._graph else ""
@@ -249,8 +256,29 @@ class BacklogCoordinator:
                 if progress.observed_metrics
                 else None,
                 quarantined=_set_aside(progress),
+                **dataclasses.asdict(progress.cost),
+                sink_output_rows=progress.sink_output_rows,
+                sink_commit_ms=progress.sink_commit_ms,
+                **_state_columns(progress.state_operators),
             )
         )
+
+
+def _state_columns(operators: Sequence[StateOperatorProgress]) -> dict[str, int | str | None]:
+    """The checkpoint's state: totals over its stateful operators and each one's numbers
+    (none for a query without state). The size on disk is unknown unless every operator
+    reports its own."""
+    if not operators:
+        return {}
+    disk = [op.disk_bytes for op in operators if op.disk_bytes is not None]
+    return {
+        "state_rows_total": sum(op.rows_total for op in operators),
+        "state_rows_updated": sum(op.rows_updated for op in operators),
+        "state_memory_bytes": sum(op.memory_bytes for op in operators),
+        "state_disk_bytes": sum(disk) if len(disk) == len(operators) else None,
+        "state_commit_ms": sum(op.commit_ms for op in operators),
+        "state_operators": json.dumps([op.as_json() for op in operators]),
+    }
 
 
 def _set_aside(progress: BatchProgress) -> int | None:

@@ -36,6 +36,10 @@ def _source_name(node: Any, fallback: str) -> str:
     return fallback
 
 
+class SharedSourceName(ValueError):
+    """Hybrid sources of one query share a name: their statuses would overwrite each other."""
+
+
 def operator_graph(df: DataFrame) -> OperatorGraph:
     operators: list[Operator] = []
 
@@ -57,7 +61,7 @@ def operator_graph(df: DataFrame) -> OperatorGraph:
     names = [op.source for op in operators if op.kind is OperatorKind.SOURCE]
     twice = sorted({name for name in names if names.count(name) > 1})
     if twice:
-        raise ValueError(
+        raise SharedSourceName(
             f"hybrid sources named {twice} are read more than once in this query; their "
             "statuses would overwrite each other: give each its own 'name' option"
         )

@@ -1,6 +1,8 @@
 """Streaming query progress, parsed from the JSON Spark hands its listeners.
 
-Kept free of pyspark so recorded progress events can be replayed in fast tests.
+Kept free of pyspark so recorded progress events can be replayed in fast tests. Besides
+what the coordinator decides on, it reads where a batch's time went and the state it
+carries: the numbers a user tunes a checkpoint interval by.
 """
 
 from __future__ import annotations
@@ -112,6 +114,113 @@ class SourceProgress:
         return KafkaLag(total, largest, behind)
 
 
+def _count(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+@dataclass(frozen=True)
+class BatchCost:
+    """Where a batch's time went, Spark's ``durationMs`` parts (None: Spark did not time it).
+
+    ``add_batch_ms`` is the data work (read, process, update state, write to the sink);
+    the rest is the checkpoint's fixed cost: finding the sources' latest offsets, getting
+    and planning the batch, writing the offset log before it and the commit log after it.
+    Their sum falls short of the batch's duration by Spark's own bookkeeping between them.
+    """
+
+    latest_offset_ms: int | None
+    get_batch_ms: int | None
+    query_planning_ms: int | None
+    add_batch_ms: int | None
+    wal_commit_ms: int | None
+    commit_offsets_ms: int | None
+
+    @classmethod
+    def from_duration_ms(cls, parts: Mapping[str, Any]) -> BatchCost:
+        return cls(
+            latest_offset_ms=_count(parts.get("latestOffset")),
+            get_batch_ms=_count(parts.get("getBatch")),
+            query_planning_ms=_count(parts.get("queryPlanning")),
+            add_batch_ms=_count(parts.get("addBatch")),
+            wal_commit_ms=_count(parts.get("walCommit")),
+            commit_offsets_ms=_count(parts.get("commitOffsets")),
+        )
+
+
+#: The state's size on disk, as each state store provider reports it: RocksDB's SST files,
+#: the HDFS-backed provider's current version.
+_DISK_BYTES_METRICS = ("rocksdbSstFileSize", "stateOnCurrentVersionSizeBytes")
+_ROCKSDB_COMMIT = "rocksdbCommit"
+
+
+@dataclass(frozen=True)
+class StateOperatorProgress:
+    """One stateful operator's state after the batch. Times and sizes are summed over its
+    state store instances (one per shuffle partition), so a commit time can exceed the
+    batch's wall time when partitions commit in parallel."""
+
+    name: str
+    rows_total: int
+    rows_updated: int
+    memory_bytes: int
+    #: None: the state store reports no size on disk.
+    disk_bytes: int | None
+    commit_ms: int
+    #: RocksDB's commit latencies by Spark's metric name (``rocksdbCommitFlushLatency``...);
+    #: empty for any other state store.
+    rocksdb_commit_ms: Mapping[str, int]
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> StateOperatorProgress:
+        custom = data.get("customMetrics") or {}
+        disk = next((custom[name] for name in _DISK_BYTES_METRICS if name in custom), None)
+        return cls(
+            name=str(data.get("operatorName", "")),
+            rows_total=int(data.get("numRowsTotal", 0)),
+            rows_updated=int(data.get("numRowsUpdated", 0)),
+            memory_bytes=int(data.get("memoryUsedBytes", 0)),
+            disk_bytes=_count(disk),
+            commit_ms=int(data.get("commitTimeMs", 0)),
+            rocksdb_commit_ms={
+                name: int(value)
+                for name, value in sorted(custom.items())
+                if name.startswith(_ROCKSDB_COMMIT)
+            },
+        )
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "rows_total": self.rows_total,
+            "rows_updated": self.rows_updated,
+            "memory_bytes": self.memory_bytes,
+            "disk_bytes": self.disk_bytes,
+            "commit_ms": self.commit_ms,
+            "rocksdb_commit_ms": dict(self.rocksdb_commit_ms),
+        }
+
+
+def _sink_output_rows(sink: Mapping[str, Any]) -> int | None:
+    """Rows the sink wrote; Spark reports -1 for a sink that does not count them (files)."""
+    rows = _count(sink.get("numOutputRows"))
+    return None if rows is None or rows < 0 else rows
+
+
+#: The commit time a sink may report among its ``metrics`` (``ReportsSinkMetrics``), under
+#: the name Spark gives a state store's; Spark's file and memory sinks report no metrics.
+SINK_COMMIT_METRIC = "commitTimeMs"
+
+
+def _sink_commit_ms(sink: Mapping[str, Any]) -> int | None:
+    """A sink's metrics arrive as text: one that is no number leaves the time unknown
+    rather than the batch unparsed."""
+    value = (sink.get("metrics") or {}).get(SINK_COMMIT_METRIC)
+    try:
+        return None if value is None else round(float(value))
+    except (TypeError, ValueError):
+        return None
+
+
 @dataclass(frozen=True)
 class BatchProgress:
     """One committed micro-batch as a progress event describes it."""
@@ -126,6 +235,10 @@ class BatchProgress:
     watermark: datetime | None
     sources: tuple[SourceProgress, ...]
     observed_metrics: Mapping[str, Any]
+    cost: BatchCost
+    sink_output_rows: int | None
+    sink_commit_ms: int | None
+    state_operators: tuple[StateOperatorProgress, ...]
 
     @property
     def committed_at(self) -> datetime:
@@ -134,6 +247,8 @@ class BatchProgress:
     @classmethod
     def from_json(cls, text: str) -> BatchProgress:
         data = json.loads(text)
+        durations = data.get("durationMs", {})
+        sink = data.get("sink") or {}
         watermark = parse_time(data.get("eventTime", {}).get("watermark"))
         started_at = parse_time(data["timestamp"])
         assert started_at is not None
@@ -143,7 +258,7 @@ class BatchProgress:
             name=data.get("name"),
             batch_id=int(data["batchId"]),
             started_at=started_at,
-            duration_ms=int(data.get("durationMs", {}).get("triggerExecution", 0)),
+            duration_ms=int(durations.get("triggerExecution", 0)),
             num_input_rows=int(data.get("numInputRows", 0)),
             watermark=None if watermark == _NO_WATERMARK else watermark,
             sources=tuple(
@@ -158,4 +273,10 @@ class BatchProgress:
                 for s in data.get("sources", [])
             ),
             observed_metrics=data.get("observedMetrics") or {},
+            cost=BatchCost.from_duration_ms(durations),
+            sink_output_rows=_sink_output_rows(sink),
+            sink_commit_ms=_sink_commit_ms(sink),
+            state_operators=tuple(
+                StateOperatorProgress.from_json(op) for op in data.get("stateOperators") or ()
+            ),
         )

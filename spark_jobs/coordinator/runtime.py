@@ -45,6 +45,7 @@ from spark_jobs.coordinator.coordinator import (
     StatusProbe,
 )
 from spark_jobs.coordinator.listener import ProgressListener
+from spark_jobs.coordinator.plan_graph import SharedSourceName, operator_graph
 from spark_jobs.coordinator.progress import BatchProgress
 from spark_jobs.metrics import history
 from spark_jobs.metrics.journal import MetricsJournal
@@ -201,12 +202,12 @@ class BacklogRuntime:
         """Options that put a hybrid source under this runtime's coordinator."""
         return {"backlogChannel": str(self._channel.directory)}
 
-    def start_gated(
-        self, writer: DataStreamWriter, graph: OperatorGraph | None = None
-    ) -> StreamingQuery:
+    def start_gated(self, writer: DataStreamWriter) -> StreamingQuery:
         """Start a query whose hybrid sources follow the coordinator, without restarts.
-        ``graph`` (``operator_graph`` of the query's DataFrame) names its sources, so that
-        the batch-row cap is shared between them from the first batch."""
+        Its operator graph, read from the query's plan, names its sources, so that the
+        batch-row cap is shared between them from the first batch, and gives each
+        transition every operator's status."""
+        graph = _query_graph(writer)
         applier = SourceGatedApplier(self._channel, self.config, _gated_sources(graph))
         self._coordinate(applier, graph=graph).start()
         return self._start(
@@ -467,6 +468,24 @@ class BacklogRuntime:
                 " ".join(str(getattr(error, "orig", error)).split())[:300],
                 format_duration(self.config.lease_ttl_s),
             )
+
+
+def _query_graph(writer: DataStreamWriter) -> OperatorGraph | None:
+    """The operator graph of the writer's DataFrame (pyspark's ``DataStreamWriter`` keeps it
+    as ``_df``). A plan it cannot read costs the job its operator statuses and a first batch
+    shared between its sources, not the job; sources sharing a name are the user's to fix."""
+    try:
+        return operator_graph(writer._df)
+    except SharedSourceName:
+        raise
+    except Exception as error:
+        logger.warning(
+            "cannot read the query's operator graph (%s: %s): transitions record no "
+            "operator statuses",
+            type(error).__name__,
+            error,
+        )
+        return None
 
 
 def _gated_sources(graph: OperatorGraph | None) -> list[str]:

@@ -33,7 +33,6 @@ from spark_jobs.backlog.values import (
     duration_argument,
     processing_time,
 )
-from spark_jobs.coordinator.plan_graph import operator_graph
 from spark_jobs.coordinator.runtime import BacklogRuntime
 from spark_jobs.jobs.startup import JavaMissing, prepare_driver_environment, require_java
 from spark_jobs.metrics.lease import LeaseHeld, LeaseLost
@@ -218,7 +217,7 @@ def start(spark: SparkSession, runtime: BacklogRuntime, args: argparse.Namespace
         .option("checkpointLocation", f"{args.checkpoint.rstrip('/')}/spark")
     )
     if args.static_trigger is None:
-        runtime.start_gated(writer, graph=operator_graph(windows))
+        runtime.start_gated(writer)
     else:
         runtime.start_static(writer, args.static_trigger)
 

@@ -2,29 +2,33 @@
 batch-row cap shared by the sources it names."""
 
 import json
+import logging
 
 import pyarrow.dataset as ds
 import pytest
 import sqlalchemy as sa
+from pyspark.sql import functions as F
 
 from spark_jobs.backlog.config import BacklogConfig
 from spark_jobs.backlog.graph import OperatorKind
 from spark_jobs.backlog.status import BacklogModel, SourceStatus
 from spark_jobs.coordinator.plan_graph import operator_graph
 from spark_jobs.coordinator.runtime import BacklogRuntime
-from spark_jobs.metrics.schema import backlog_checkpoints, make_engine
+from spark_jobs.metrics.schema import backlog_checkpoints, backlog_transitions, make_engine
 from spark_jobs.sources.hybrid import HybridDataSource
 
 
-def hybrid(spark, tmp_path, name):
+def hybrid(spark, tmp_path, name: str, runtime: BacklogRuntime | None = None):
+    """A hybrid source over the JSON files in ``tmp_path/name``, gated by ``runtime``."""
     spark.dataSource.register(HybridDataSource)
-    children = [{"name": "files", "kind": "files", "path": str(tmp_path / name)}]
+    children = [{"name": "files", "kind": "files", "path": str(tmp_path / name), "format": "json"}]
     return (
         spark.readStream.format("hybrid")
         .schema("id BIGINT, key STRING")
+        .options(**(runtime.source_options() if runtime else {}))
         .option("name", name)
         .option("sources", json.dumps(children))
-        .option("stateLocation", str(tmp_path / "state" / name))
+        .option("stateLocation", str(tmp_path / "checkpoint" / "state" / name))
         .load()
     )
 
@@ -72,55 +76,99 @@ def write_files(directory, first_id: int, files: int, rows: int) -> list[int]:
     return ids
 
 
+def gated_runtime(spark, tmp_path, job: str, conf: dict[str, str] | None = None):
+    """A runtime holding the lease of ``tmp_path/checkpoint``, its metrics in SQLite there."""
+    config = BacklogConfig.from_spark_conf(
+        {
+            "spark.backlog.job-name": job,
+            "spark.backlog.metrics.url": f"sqlite:///{tmp_path}/metrics.db",
+            "spark.backlog.checkpointing.interval": "1s",
+            "spark.backlog.checkpointing.interval-during-backlog": "1min",
+            **(conf or {}),
+        }
+    )
+    runtime = BacklogRuntime(spark, config)
+    runtime.hold_lease(str(tmp_path / "checkpoint"))
+    return runtime
+
+
+def run_until_idle(runtime, df, tmp_path) -> None:
+    """Start ``df`` gated, without naming its operator graph, into parquet until idle."""
+    writer = (
+        df.writeStream.format("parquet")
+        .option("path", str(tmp_path / "output"))
+        .option("checkpointLocation", str(tmp_path / "checkpoint" / "spark"))
+    )
+    try:
+        runtime.start_gated(writer)
+        runtime.await_termination(stop_when_idle_s=2, timeout_s=240)
+    finally:
+        runtime.close()
+
+
 def test_max_batch_rows_bounds_a_batch_of_two_sources_in_backlog(spark, tmp_path):
     """Two sources in backlog, read by one query: the cap holds for the whole batch,
     shared between them, not for each (which would double it)."""
     ids = write_files(tmp_path / "orders", 0, 8, 2_000)
     ids += write_files(tmp_path / "refunds", 100_000, 8, 2_000)
-    config = BacklogConfig.from_spark_conf(
-        {
-            "spark.backlog.job-name": "two-sources",
-            "spark.backlog.metrics.url": f"sqlite:///{tmp_path}/metrics.db",
-            "spark.backlog.checkpointing.interval": "1s",
-            "spark.backlog.checkpointing.interval-during-backlog": "1min",
-            "spark.backlog.checkpointing.max-batch-rows": "5000",
-        }
+    cap = {"spark.backlog.checkpointing.max-batch-rows": "5000"}
+    runtime = gated_runtime(spark, tmp_path, "two-sources", cap)
+    both = hybrid(spark, tmp_path, "orders", runtime).union(
+        hybrid(spark, tmp_path, "refunds", runtime)
     )
-    runtime = BacklogRuntime(spark, config)
-    runtime.hold_lease(str(tmp_path / "checkpoint"))
+    run_until_idle(runtime, both, tmp_path)
 
-    def source(name):
-        children = [
-            {"name": "files", "kind": "files", "path": str(tmp_path / name), "format": "json"}
-        ]
-        return (
-            spark.readStream.format("hybrid")
-            .schema("id BIGINT, key STRING")
-            .options(**runtime.source_options())
-            .option("name", name)
-            .option("sources", json.dumps(children))
-            .option("stateLocation", str(tmp_path / "checkpoint" / "state" / name))
-            .load()
-        )
-
-    both = source("orders").union(source("refunds"))
-    writer = (
-        both.writeStream.format("parquet")
-        .option("path", str(tmp_path / "output"))
-        .option("checkpointLocation", str(tmp_path / "checkpoint" / "spark"))
-    )
-    try:
-        runtime.start_gated(writer, graph=operator_graph(both))
-        runtime.await_termination(stop_when_idle_s=2, timeout_s=240)
-    finally:
-        runtime.close()
-
-    rows = [r["num_input_rows"] for r in checkpoint_rows(f"sqlite:///{tmp_path}/metrics.db")]
+    url = f"sqlite:///{tmp_path}/metrics.db"
+    rows = [r["num_input_rows"] for r in checkpoint_rows(url)]
     assert sum(rows) == len(ids)
     assert max(rows) <= 5_000, rows
     assert len(rows) >= len(ids) // 5_000, "batches are as large as the cap allows"
     written = committed_output_ids(tmp_path / "output")
     assert sorted(written) == sorted(ids)
+    # Started without a graph, the runtime read it from the query's plan: the first
+    # batch was shared, and the transition records each operator's status.
+    [transition] = transition_rows(url)
+    assert json.loads(transition["operators"]) == [
+        {
+            "id": "StreamingRelationV2#1",
+            "kind": "source",
+            "source": "orders",
+            "inputs": [],
+            "is_backlog": False,
+        },
+        {
+            "id": "StreamingRelationV2#2",
+            "kind": "source",
+            "source": "refunds",
+            "inputs": [],
+            "is_backlog": False,
+        },
+        {
+            "id": "Union#0",
+            "kind": "union",
+            "source": None,
+            "inputs": ["StreamingRelationV2#1", "StreamingRelationV2#2"],
+            "is_backlog": False,
+        },
+    ]
+
+
+def test_a_plan_too_deep_to_read_costs_the_job_its_operator_statuses_only(spark, tmp_path, caplog):
+    """The operator graph is read by recursion over the analyzed plan: a plan deeper than
+    Python's recursion limit cannot be read, and the job runs on without it."""
+    ids = write_files(tmp_path / "orders", 0, 2, 100)
+    runtime = gated_runtime(spark, tmp_path, "deep")
+    deep = hybrid(spark, tmp_path, "orders", runtime)
+    for bound in range(600):
+        deep = deep.filter(F.col("id") >= -bound)
+    with caplog.at_level(logging.WARNING, logger="spark_jobs.coordinator.runtime"):
+        run_until_idle(runtime, deep, tmp_path)
+
+    assert "cannot read the query's operator graph (RecursionError: " in caplog.text
+    url = f"sqlite:///{tmp_path}/metrics.db"
+    assert sum(r["num_input_rows"] for r in checkpoint_rows(url)) == len(ids)
+    assert [t["operators"] for t in transition_rows(url)] == [None]
+    assert sorted(committed_output_ids(tmp_path / "output")) == ids
 
 
 def checkpoint_rows(url: str) -> list[dict]:
@@ -129,6 +177,15 @@ def checkpoint_rows(url: str) -> list[dict]:
         rows = connection.execute(
             sa.select(backlog_checkpoints).order_by(backlog_checkpoints.c.batch_id)
         )
+        result = [dict(r._mapping) for r in rows]
+    engine.dispose()
+    return result
+
+
+def transition_rows(url: str) -> list[dict]:
+    engine = make_engine(url)
+    with engine.connect() as connection:
+        rows = connection.execute(sa.select(backlog_transitions).order_by(backlog_transitions.c.id))
         result = [dict(r._mapping) for r in rows]
     engine.dispose()
     return result

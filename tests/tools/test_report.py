@@ -12,6 +12,7 @@ from tools.report import (
     Reentry,
     cadence_s,
     caught_up,
+    cost_lines,
     freshness_s,
     load,
     periods,
@@ -47,6 +48,9 @@ def test_load_reads_back_what_the_coordinator_wrote(tmp_path):
                 None,
                 json.dumps(sources),
                 json.dumps(observed),
+                add_batch_ms=1180,
+                state_rows_total=5,
+                state_disk_bytes=3915,
             )
         )
         writer.record_transition(TransitionRow("j", "r", T0, False, "hybrid-phase: x"))
@@ -54,7 +58,19 @@ def test_load_reads_back_what_the_coordinator_wrote(tmp_path):
             CheckpointRow("other", "r", 1, T0, True, None, 5, 10, None, "[]", None)
         )
     [loaded], [transition] = load(url, "j")
-    assert loaded == Checkpoint(7, T0.timestamp() - 1.5, T0.timestamp(), False, 10, 2, (1.0, 2.0))
+    assert loaded == Checkpoint(
+        7,
+        T0.timestamp() - 1.5,
+        T0.timestamp(),
+        False,
+        10,
+        2,
+        (1.0, 2.0),
+        data_ms=1180,
+        fixed_cost_ms=320,
+        state_disk_bytes=3915,
+        state_rows=5,
+    )
     assert transition["reason"] == "hybrid-phase: x"
 
 
@@ -134,3 +150,34 @@ def test_periods_split_at_every_change_of_status_and_handoffs_are_marked():
     ]
     assert [[c.batch_id for c in period] for period in periods(run)] == [[0, 1], [2], [3]]
     assert phase_changes(run) == [(1, "handoff: history -> kafka")]
+
+
+def costed(batch_id, backlog, fixed_ms, data_ms, disk=None, rows=None):
+    return replace(
+        checkpoint(batch_id, batch_id, (fixed_ms + data_ms) / 1000, backlog, 100),
+        data_ms=data_ms,
+        fixed_cost_ms=fixed_ms,
+        state_disk_bytes=disk,
+        state_rows=rows,
+    )
+
+
+def test_each_phase_s_median_checkpoint_splits_its_fixed_cost_from_its_data_work():
+    run = [
+        costed(0, True, 400, 8_000, disk=0, rows=20_000),
+        costed(1, True, 700, 9_000, disk=0, rows=22_000),
+        checkpoint(2, 2, 1, True, 100),  # recovered: its parts are unknown
+        costed(3, False, 180, 600, disk=350_000, rows=100),
+        costed(4, False, 170, 700, disk=359_233, rows=150),
+        costed(5, False, 250, 650, disk=359_233, rows=100),
+    ]
+    assert cost_lines(run) == [
+        "where a checkpoint's time goes, median per phase:",
+        "phase    checkpoints  fixed cost (ms)  data (ms)  state on disk (B)  state rows",
+        "backlog            2              550      8,500                  0      21,000",
+        "live               3              180        650            359,233         100",
+    ]
+    stateless = [costed(0, False, 90, 10)]
+    assert cost_lines(stateless)[2:] == [
+        "live               1               90         10                  -           -"
+    ]

@@ -123,9 +123,95 @@ def test_backlog_then_live_is_decided_published_and_recorded(parts):
         "hybrid-phase: events is in backlog (history)",
     )
     assert as_utc(started["at"]) == backlog.committed_at
+    assert started["operators"] is None  # no operator graph
     assert transition["is_backlog"] is False
     assert transition["reason"] == "hybrid-phase: events is live (landing)"
     assert as_utc(transition["at"]) == handoff.committed_at
+
+
+ROCKSDB_COMMIT_MS = {
+    "rocksdbCommitCheckpointLatency": 63,
+    "rocksdbCommitCompactLatency": 0,
+    "rocksdbCommitFileSyncLatencyMs": 214,
+    "rocksdbCommitFlushLatency": 13,
+}
+COST_COLUMNS = (
+    "batch_duration_ms",
+    "latest_offset_ms",
+    "get_batch_ms",
+    "query_planning_ms",
+    "add_batch_ms",
+    "wal_commit_ms",
+    "commit_offsets_ms",
+    "sink_output_rows",
+    "sink_commit_ms",
+)
+STATE_COLUMNS = (
+    "state_rows_total",
+    "state_rows_updated",
+    "state_memory_bytes",
+    "state_disk_bytes",
+    "state_commit_ms",
+)
+
+
+def test_a_checkpoint_records_where_its_time_went_and_the_state_it_carries(parts):
+    coordinator, _, writer, engine, _ = parts
+    coordinator.on_progress(BatchProgress.from_json(recorded("file_source")))
+    coordinator.on_progress(BatchProgress.from_json(recorded("rocksdb_memory_sink")))
+    assert writer.flush()
+
+    stateless, stateful = rows(engine, backlog_checkpoints)
+    assert [stateless[c] for c in COST_COLUMNS] == [3683, 73, 106, 621, 2613, 131, 104, None, None]
+    assert [stateless[c] for c in (*STATE_COLUMNS, "state_operators")] == [None] * 6
+    assert [stateful[c] for c in COST_COLUMNS] == [1503, 41, 19, 108, 1180, 63, 82, 5, None]
+    assert [stateful[c] for c in STATE_COLUMNS] == [5, 5, 11156, 3915, 299]
+    assert json.loads(stateful["state_operators"]) == [
+        {
+            "name": "stateStoreSave",
+            "rows_total": 5,
+            "rows_updated": 5,
+            "memory_bytes": 11156,
+            "disk_bytes": 3915,
+            "commit_ms": 299,
+            "rocksdb_commit_ms": ROCKSDB_COMMIT_MS,
+        }
+    ]
+
+
+def test_state_totals_add_up_the_operators_and_a_size_one_leaves_unknown(parts):
+    coordinator, _, writer, engine, _ = parts
+    [save] = json.loads(recorded("rocksdb_memory_sink"))["stateOperators"]
+    dedupe = save | {
+        "operatorName": "dedupe",
+        "numRowsTotal": 100,
+        "numRowsUpdated": 40,
+        "memoryUsedBytes": 2000,
+        "commitTimeMs": 50,
+        "customMetrics": {"rocksdbSstFileSize": 85, "rocksdbCommitFlushLatency": 7},
+    }
+    unsized = dedupe | {"operatorName": "unsized", "customMetrics": {}}
+    for batch_id, operators in ((1, [save, dedupe]), (2, [save, unsized])):
+        coordinator.on_progress(
+            BatchProgress.from_json(
+                recorded("rocksdb_memory_sink", batchId=batch_id, stateOperators=operators)
+            )
+        )
+    assert writer.flush()
+
+    both, one_unsized = rows(engine, backlog_checkpoints)
+    assert [both[c] for c in STATE_COLUMNS] == [105, 45, 13156, 4000, 349]
+    assert [op["disk_bytes"] for op in json.loads(both["state_operators"])] == [3915, 85]
+    assert [one_unsized[c] for c in STATE_COLUMNS] == [105, 45, 13156, None, 349]
+    assert json.loads(one_unsized["state_operators"])[1] == {
+        "name": "unsized",
+        "rows_total": 100,
+        "rows_updated": 40,
+        "memory_bytes": 2000,
+        "disk_bytes": None,
+        "commit_ms": 50,
+        "rocksdb_commit_ms": {},
+    }
 
 
 def two_sources(history: dict, live_backlog: bool = False) -> BatchProgress:
@@ -160,7 +246,7 @@ def test_transitions_name_each_source_that_changed(parts):
     )
 
 
-def test_operator_statuses_are_logged_at_transitions(tmp_path, caplog):
+def test_operator_statuses_are_logged_and_recorded_at_transitions(tmp_path, caplog):
     config = BacklogConfig.from_spark_conf(CONF)
     graph = OperatorGraph(
         [
@@ -180,6 +266,31 @@ def test_operator_statuses_are_logged_at_transitions(tmp_path, caplog):
         "operators: scan-events[events]=live, scan-history[history]=backlog, union=live"
         in caplog.text
     )
+    started, transition = rows(make_engine(f"sqlite:///{tmp_path}/m.db"), backlog_transitions)
+    assert [op["is_backlog"] for op in json.loads(started["operators"])] == [False] * 3
+    assert json.loads(transition["operators"]) == [
+        {
+            "id": "scan-events",
+            "kind": "source",
+            "source": "events",
+            "inputs": [],
+            "is_backlog": False,
+        },
+        {
+            "id": "scan-history",
+            "kind": "source",
+            "source": "history",
+            "inputs": [],
+            "is_backlog": True,
+        },
+        {
+            "id": "union",
+            "kind": "union",
+            "source": None,
+            "inputs": ["scan-events", "scan-history"],
+            "is_backlog": False,
+        },
+    ]
 
 
 OFFSET_LAG = {

@@ -2,7 +2,12 @@ import json
 from datetime import UTC, datetime
 
 from spark_jobs.backlog.status import SourceStatus
-from spark_jobs.coordinator.progress import BatchProgress, KafkaLag
+from spark_jobs.coordinator.progress import (
+    BatchCost,
+    BatchProgress,
+    KafkaLag,
+    StateOperatorProgress,
+)
 from tests.spark_jobs.coordinator.conftest import recorded
 
 
@@ -98,3 +103,61 @@ def test_no_kafka_lag_from_other_sources_or_without_any_signal():
         [source] = BatchProgress.from_json(recorded(name)).sources
         assert source.kafka_lag() is None, name
     assert kafka_lags(kafka_source(latestOffset=None, metrics={})) == [None]
+
+
+def test_where_a_batch_s_time_went_and_the_rocksdb_state_it_carries():
+    progress = BatchProgress.from_json(recorded("rocksdb_memory_sink"))
+    assert progress.duration_ms == 1503
+    assert progress.cost == BatchCost(
+        latest_offset_ms=41,
+        get_batch_ms=19,
+        query_planning_ms=108,
+        add_batch_ms=1180,
+        wal_commit_ms=63,
+        commit_offsets_ms=82,
+    )
+    assert (progress.sink_output_rows, progress.sink_commit_ms) == (5, None)
+    assert progress.state_operators == (
+        StateOperatorProgress(
+            name="stateStoreSave",
+            rows_total=5,
+            rows_updated=5,
+            memory_bytes=11156,
+            disk_bytes=3915,
+            commit_ms=299,
+            rocksdb_commit_ms={
+                "rocksdbCommitCheckpointLatency": 63,
+                "rocksdbCommitCompactLatency": 0,
+                "rocksdbCommitFileSyncLatencyMs": 214,
+                "rocksdbCommitFlushLatency": 13,
+            },
+        ),
+    )
+
+
+def test_the_hdfs_backed_state_store_reports_its_current_version_on_disk():
+    [operator] = BatchProgress.from_json(recorded("kafka_native_backlog")).state_operators
+    assert (operator.rows_total, operator.memory_bytes, operator.disk_bytes) == (38, 21408, 9312)
+    assert operator.rocksdb_commit_ms == {}
+
+
+def test_a_file_sink_counts_no_rows_and_a_stateless_query_has_no_state_operators():
+    progress = BatchProgress.from_json(recorded("file_source"))
+    assert progress.sink_output_rows is None  # Spark reports -1
+    assert progress.sink_commit_ms is None
+    assert progress.state_operators == ()
+
+
+def test_a_sink_commit_time_is_read_from_the_sink_s_metrics_when_it_is_a_number():
+    def commit_ms(metrics: dict) -> int | None:
+        sink = {"description": "custom", "numOutputRows": 3, "metrics": metrics}
+        return BatchProgress.from_json(recorded("rocksdb_memory_sink", sink=sink)).sink_commit_ms
+
+    assert [commit_ms({"commitTimeMs": "250"}), commit_ms({"commitTimeMs": "n/a"})] == [250, None]
+    assert commit_ms({"bytesWritten": "1024"}) is None
+
+
+def test_a_part_spark_did_not_time_is_unknown_not_zero():
+    idle = {"latestOffset": 3, "triggerExecution": 3}
+    cost = BatchProgress.from_json(recorded("rocksdb_memory_sink", durationMs=idle)).cost
+    assert cost == BatchCost(3, None, None, None, None, None)

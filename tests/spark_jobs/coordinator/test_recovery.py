@@ -85,3 +85,21 @@ def test_a_recovered_row_says_what_the_log_knows_and_is_marked():
         1500,
         True,
     )
+    # Where its time went and the state it carried are not in the logs.
+    not_logged = (
+        "latest_offset_ms",
+        "get_batch_ms",
+        "query_planning_ms",
+        "add_batch_ms",
+        "wal_commit_ms",
+        "commit_offsets_ms",
+        "sink_output_rows",
+        "sink_commit_ms",
+        "state_rows_total",
+        "state_rows_updated",
+        "state_memory_bytes",
+        "state_disk_bytes",
+        "state_commit_ms",
+        "state_operators",
+    )
+    assert [getattr(row, name) for name in not_logged] == [None] * len(not_logged)

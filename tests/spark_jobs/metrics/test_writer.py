@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -14,16 +15,29 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
 
 from spark_jobs.metrics import writer as writer_module
 from spark_jobs.metrics.journal import MetricsJournal
 from spark_jobs.metrics.schema import (
+    TABLE_OF_ROW,
     CheckpointRow,
     TransitionRow,
     as_utc,
     backlog_checkpoints,
     backlog_transitions,
     make_engine,
+    row_values,
 )
 from spark_jobs.metrics.writer import MetricsWriter, retry_delay
 from spark_jobs.sources.storage import resolve_uri
@@ -143,6 +157,91 @@ def test_rows_are_written_with_exact_values(backend, open_writer):
     assert first.effective_interval_ms is None
     assert first.watermark is None
     assert first.observed_metrics == '{"late_rows": 0}'
+
+
+def previous_release_tables() -> sqlalchemy.MetaData:
+    """The checkpoint and transition tables as the release before the cost, state and
+    operator columns created them."""
+    previous = sqlalchemy.MetaData()
+    sqlalchemy.Table(
+        "backlog_checkpoints",
+        previous,
+        Column("id", Integer, primary_key=True, autoincrement=True),
+        Column("job_name", String(200), nullable=False),
+        Column("run_id", String(200), nullable=False),
+        Column("batch_id", BigInteger, nullable=False),
+        Column("committed_at", DateTime(timezone=True), nullable=False),
+        Column("is_backlog", Boolean, nullable=False),
+        Column("effective_interval_ms", BigInteger, nullable=True),
+        Column("num_input_rows", BigInteger, nullable=False),
+        Column("batch_duration_ms", BigInteger, nullable=False),
+        Column("watermark", DateTime(timezone=True), nullable=True),
+        Column("sources", Text, nullable=False),
+        Column("observed_metrics", Text, nullable=True),
+        Column("recovered", Boolean, nullable=True),
+        Column("quarantined", BigInteger, nullable=True),
+        UniqueConstraint("job_name", "run_id", "batch_id", name="uq_backlog_checkpoints_batch"),
+        Index("ix_backlog_checkpoints_job_committed", "job_name", "committed_at", "id"),
+    )
+    sqlalchemy.Table(
+        "backlog_transitions",
+        previous,
+        Column("id", Integer, primary_key=True, autoincrement=True),
+        Column("job_name", String(200), nullable=False),
+        Column("run_id", String(200), nullable=False),
+        Column("at", DateTime(timezone=True), nullable=False),
+        Column("is_backlog", Boolean, nullable=False),
+        Column("reason", String(500), nullable=False),
+        UniqueConstraint(
+            "job_name", "run_id", "at", "is_backlog", name="uq_backlog_transitions_change"
+        ),
+        Index("ix_backlog_transitions_job_at", "job_name", "at"),
+    )
+    return previous
+
+
+def test_the_first_write_migrates_a_database_of_the_previous_release(backend, open_writer):
+    """Its rows still read, with the new columns unknown; the new rows carry them."""
+    old_checkpoint, old_transition = checkpoint(0), transition(0, True)
+    previous = previous_release_tables()
+    engine = make_engine(backend.url)
+    try:
+        previous.create_all(engine)
+        with engine.begin() as connection:
+            for row in (old_checkpoint, old_transition):
+                table = previous.tables[TABLE_OF_ROW[type(row)].name]
+                values = {k: v for k, v in row_values(row).items() if k in table.c}
+                connection.execute(table.insert(), values)
+    finally:
+        engine.dispose()
+    operators = [
+        {"id": "scan", "kind": "source", "source": "events", "inputs": [], "is_backlog": False}
+    ]
+    new_checkpoint = checkpoint(
+        4,
+        latest_offset_ms=41,
+        get_batch_ms=19,
+        query_planning_ms=108,
+        add_batch_ms=1180,
+        wal_commit_ms=63,
+        commit_offsets_ms=82,
+        sink_output_rows=5,
+        sink_commit_ms=None,
+        state_rows_total=5,
+        state_rows_updated=5,
+        state_memory_bytes=11156,
+        state_disk_bytes=3915,
+        state_commit_ms=299,
+        state_operators=json.dumps([{"name": "stateStoreSave", "rows_total": 5}]),
+    )
+    new_transition = dataclasses.replace(transition(4, False), operators=json.dumps(operators))
+
+    writer = open_writer(backend.url, flush_interval_s=MANUAL)
+    writer.record_checkpoint(new_checkpoint)
+    writer.record_transition(new_transition)
+    assert writer.flush(timeout_s=10) is True
+    assert stored_checkpoints(backend.url) == [old_checkpoint, new_checkpoint]
+    assert stored_transitions(backend.url) == [old_transition, new_transition]
 
 
 def test_rows_are_written_in_the_background_without_flush(backend, open_writer):
