@@ -35,7 +35,7 @@ from spark_jobs.metrics.schema import backlog_checkpoints, make_engine
 from tools import REPOSITORY
 from tools.broker import EmbeddedBroker
 from tools.data import KafkaProducerThread
-from tools.report import epoch, load, phase_changes, plot_timeline
+from tools.report import cost_lines, epoch, load, phase_changes, plot_timeline
 from tools.runs import add_workspace_arguments, prepare_history, say
 
 DAG_ID = "backlog_phased"
@@ -339,6 +339,9 @@ def report(root: Path, metrics_url: str, states: dict[str, str]) -> None:
     for change in transitions:
         phase = "backlog" if change["is_backlog"] else "live   "
         say(f"  {epoch(change['at']) - origin:7.1f} s  {phase}  {change['reason']}")
+    say("")
+    for line in cost_lines(checkpoints):
+        say(f"  {line}")
     marks = [(epoch(t["at"]), t["reason"]) for t in transitions] + phase_changes(checkpoints)
     marks += [(run["started_at"], f"relaunched: {run['run_id']}") for run in runs[1:]]
     chart = plot_timeline(
