@@ -27,12 +27,14 @@ PARTS = (
     "wal_commit_ms",
     "commit_offsets_ms",
 )
-#: What the parts may fall short of the batch's duration by: Spark's untimed bookkeeping
-#: between them (committing the sources, advancing the watermark, building the progress).
-#: Measured over six runs on two loaded cores: 1-21 ms a batch, but for each run's first,
-#: whose bookkeeping starts things up: 20-86 ms, at most 0.5% of its duration.
-BOOKKEEPING_MS = 50
-BOOKKEEPING_SHARE = 0.01
+#: What the parts fall short of the batch's duration by: Spark's own steps outside them
+#: (such as committing the sources and advancing the watermark). Measured over 20 runs,
+#: some beside other Spark jobs on the two cores: its median per run 2-7 ms, so leaving out
+#: query planning, a log write or the data work (20 ms and more each) shows; a batch 1-45
+#: ms, a run's first (which starts things up) 17-86 ms, and once, on a machine loaded by
+#: other test runs, a batch beyond 50 ms and 1% of it (its value was not kept).
+UNTIMED_MEDIAN_MS = 15
+UNTIMED_MAX_MS = 150
 #: The pipeline's operators, sources first, as Spark's analyzed plan names them.
 PLAN = [
     "StreamingRelationV2#6",
@@ -108,11 +110,13 @@ def test_backlog_then_live_exactly_once_with_a_metrics_outage(tmp_path):
     # Where each checkpoint's time went: Spark's parts add up to its duration, but for
     # its bookkeeping; the windowed state lives in RocksDB (SST files only from the first
     # snapshot, changelog checkpointing keeps the rest in memory and the changelog).
-    untimed = [r["batch_duration_ms"] - sum(r[part] for part in PARTS) for r in rows]
-    assert all(
-        0 <= ms <= BOOKKEEPING_MS + BOOKKEEPING_SHARE * r["batch_duration_ms"]
-        for r, ms in zip(rows, untimed, strict=True)
-    ), untimed
+    untimed = [
+        (r["batch_id"], r["batch_duration_ms"], r["batch_duration_ms"] - sum(r[p] for p in PARTS))
+        for r in rows
+    ]
+    assert statistics.median(ms for *_, ms in untimed) <= UNTIMED_MEDIAN_MS, untimed
+    outliers = [u for u in untimed if not 0 <= u[2] <= UNTIMED_MAX_MS + u[1] // 100]
+    assert not outliers, outliers
     assert {(r["sink_output_rows"], r["sink_commit_ms"]) for r in rows} == {(None, None)}
     assert all(r["state_rows_total"] > 0 and r["state_memory_bytes"] > 0 for r in rows)
     assert all(r["state_disk_bytes"] is not None for r in rows)
