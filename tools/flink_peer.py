@@ -146,13 +146,16 @@ def side_from(
     backlog: tuple[float, float],
     checkpoints: Sequence[tuple[float, float]],
     rows: Sequence[WindowRow],
+    settle_s: float,
     span_s: float,
 ) -> Side:
     """One engine's figures, from its backlog span, its (start, commit) checkpoints and its
-    sink's rows: freshness is measured from the first commit after the backlog ended."""
+    sink's rows. Freshness covers the windows ending within ``span_s`` from ``settle_s``
+    after the first commit past the backlog: earlier ones hold live events that piled up
+    during the backlog."""
     start, end = backlog
     commits = [done for _, done in checkpoints]
-    since = next((done for done in commits if done > end), end)
+    since = next((done for done in commits if done > end), end) + settle_s
     fresh = window_freshness(rows, commits, since, span_s)
     return Side(
         backlog_rows=backlog_rows,
@@ -234,7 +237,7 @@ def run_spark(args: argparse.Namespace, workspace: Workspace) -> tuple[Side, dic
         aware.conf,
         aware.args,
     )
-    wait = args.measure_s + args.tail_s
+    wait = args.settle_s + args.measure_s + args.tail_s
     done: list[float] = []
 
     def keep_going(checkpoints: list[Checkpoint]) -> bool:
@@ -251,6 +254,7 @@ def run_spark(args: argparse.Namespace, workspace: Workspace) -> tuple[Side, dic
         (first, first + backlog.duration_s),
         [(c.started_at, c.committed_at) for c in checkpoints],
         spark_rows(run.root / "output"),
+        args.settle_s,
         args.measure_s,
     )
     inputs = measure(aware, checkpoints, args.measure_s, Reentry(None, None))
@@ -312,7 +316,7 @@ def run_flink(args: argparse.Namespace, workspace: Workspace, history_rows: int)
         )
     try:
         span = None
-        while span is None or time.time() < span[1] + args.measure_s + args.tail_s:
+        while span is None or time.time() < span[1] + args.settle_s + args.measure_s + args.tail_s:
             if job.poll() is not None:
                 tail = (root / "job.out").read_text()[-3000:]
                 raise RuntimeError(f"the Flink job ended ({job.returncode}):\n{tail}")
@@ -331,7 +335,8 @@ def run_flink(args: argparse.Namespace, workspace: Workspace, history_rows: int)
     (root / "checkpoints.json").write_text(json.dumps(history))
     checkpoints = completed_checkpoints(history)
     say(f"[flink] {len(checkpoints)} checkpoints completed")
-    return side_from(history_rows, span, checkpoints, flink_rows(root / "output"), args.measure_s)
+    rows = flink_rows(root / "output")
+    return side_from(history_rows, span, checkpoints, rows, args.settle_s, args.measure_s)
 
 
 def table(spark: Side, flink: Side) -> list[str]:
@@ -358,6 +363,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interval-during-backlog", type=float, default=30.0, help="seconds")
     parser.add_argument("--max-batch-rows", type=count_argument, default=500_000)
     parser.add_argument("--parallelism", type=count_argument, default=2, help="Flink's")
+    parser.add_argument(
+        "--settle-s",
+        type=float,
+        default=20.0,
+        help="live time left out after the backlog (one window and the watermark's delay)",
+    )
     parser.add_argument(
         "--measure-s", type=float, default=60.0, help="live span whose windows are measured"
     )

@@ -112,14 +112,14 @@ def test_completed_checkpoints_from_flinks_rest_history():
     assert completed_checkpoints(history) == [(2.0, 3.5), (5.0, 5.25)]
 
 
-def test_a_side_counts_backlog_checkpoints_and_measures_freshness_after_the_first_live_commit():
-    checkpoints = [(0.0, 10.0), (40.0, 41.0), (61.0, 62.0), (71.0, 72.0), (81.0, 82.0)]
+def test_a_side_counts_backlog_checkpoints_and_measures_freshness_once_settled():
+    checkpoints = [(0.0, 10.0), (40.0, 41.0), (51.0, 52.0), (71.0, 72.0), (81.0, 82.0)]
     rows = [
         WindowRow(window_end=50.0, events=9, written_at=60.0),  # ends before 62: catching up
         WindowRow(window_end=62.0, events=3, written_at=71.5),
         WindowRow(window_end=70.0, events=1, written_at=80.0),
     ]
-    side = side_from(1000, (-2.0, 48.0), checkpoints, rows, span_s=30.0)
+    side = side_from(1000, (-2.0, 48.0), checkpoints, rows, settle_s=10.0, span_s=30.0)
     assert side == Side(1000, 50.0, 2, 10.0, 12.0, 2)
     assert side.backlog_rows_per_s == 20.0
 
@@ -150,6 +150,6 @@ def test_without_the_flink_environment_it_says_how_to_set_it_up(tmp_path, monkey
 
 
 def test_no_freshness_without_measured_windows():
-    side = side_from(10, (0.0, 1.0), [(0.0, 1.0)], [], span_s=60.0)
+    side = side_from(10, (0.0, 1.0), [(0.0, 1.0)], [], settle_s=20.0, span_s=60.0)
     assert math.isnan(side.freshness_p50_s)
     assert side.windows_measured == 0
