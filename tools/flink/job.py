@@ -24,19 +24,21 @@ from pyflink.datastream.connectors.file_system import FileSource, StreamFormat
 from pyflink.datastream.connectors.hybrid_source import HybridSource
 from pyflink.table import DataTypes, Schema, StreamTableEnvironment
 
-#: A history line is ``event_id,account,amount,event_time_ms``; a live line is tools/data.py's
-#: JSON object. Each column reads either kind.
-IS_JSON = "SUBSTRING(line, 1, 1) = '{'"
+#: The one physical column: a text line, either a history line
+#: ``event_id,account,amount,event_time_ms`` or tools/data.py's live JSON object.
+LINE = "f0"
+IS_JSON = f"SUBSTRING({LINE}, 1, 1) = '{{'"
+#: Each event column, read from either kind of line.
 COLUMNS = {
-    "event_id": f"CAST(IF({IS_JSON}, JSON_VALUE(line, '$.event_id'), "
-    "SPLIT_INDEX(line, ',', 0)) AS BIGINT)",
-    "account": f"IF({IS_JSON}, JSON_VALUE(line, '$.account'), SPLIT_INDEX(line, ',', 1))",
-    "amount": f"CAST(IF({IS_JSON}, JSON_VALUE(line, '$.amount'), "
-    "SPLIT_INDEX(line, ',', 2)) AS DOUBLE)",
+    "event_id": f"CAST(IF({IS_JSON}, JSON_VALUE({LINE}, '$.event_id'), "
+    f"SPLIT_INDEX({LINE}, ',', 0)) AS BIGINT)",
+    "account": f"IF({IS_JSON}, JSON_VALUE({LINE}, '$.account'), SPLIT_INDEX({LINE}, ',', 1))",
+    "amount": f"CAST(IF({IS_JSON}, JSON_VALUE({LINE}, '$.amount'), "
+    f"SPLIT_INDEX({LINE}, ',', 2)) AS DOUBLE)",
     "event_time": f"IF({IS_JSON}, "
-    "CAST(REPLACE(REPLACE(JSON_VALUE(line, '$.event_time'), 'T', ' '), 'Z', '') "
+    f"CAST(REPLACE(REPLACE(JSON_VALUE({LINE}, '$.event_time'), 'T', ' '), 'Z', '') "
     "AS TIMESTAMP(3)), "
-    "CAST(TO_TIMESTAMP_LTZ(CAST(SPLIT_INDEX(line, ',', 3) AS BIGINT), 3) AS TIMESTAMP(3)))",
+    f"CAST(TO_TIMESTAMP_LTZ(CAST(SPLIT_INDEX({LINE}, ',', 3) AS BIGINT), 3) AS TIMESTAMP(3)))",
 }
 
 
@@ -95,9 +97,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     lines = env.from_source(
         hybrid_source(args), WatermarkStrategy.no_watermarks(), "events", Types.STRING()
     )
-    schema = Schema.new_builder().column("f0", DataTypes.STRING())
+    schema = Schema.new_builder().column(LINE, DataTypes.STRING())
     for name, expression in COLUMNS.items():
-        schema = schema.column_by_expression(name, expression.replace("line", "f0"))
+        schema = schema.column_by_expression(name, expression)
     schema = schema.watermark("event_time", f"event_time - INTERVAL '{args.watermark_s}' SECOND")
     tables.create_temporary_view("events", tables.from_data_stream(lines, schema.build()))
     tables.execute_sql(
