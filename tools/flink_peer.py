@@ -325,7 +325,8 @@ def run_flink(args: argparse.Namespace, workspace: Workspace, history_rows: int)
                 if span is not None:
                     say(f"[flink] backlog read in {span[1] - span[0]:.1f} s; now live")
             time.sleep(0.5)
-        job_id = json.loads((root / "job.out").read_text().splitlines()[0])["job_id"]
+        # The mini-cluster runs this one job.
+        job_id = rest(port, "/jobs")["jobs"][0]["id"]
         history = rest(port, f"/jobs/{job_id}/checkpoints")["history"]
     finally:
         producer.stop()

@@ -9,13 +9,12 @@ The aggregation is the events pipeline's: per account and 10 s event-time window
 10 s watermark, emitted once the window closes, into a file sink whose part files Flink
 commits at each checkpoint (exactly once, as Spark's parquet sink commits at each batch).
 
-It prints one JSON line with the job id once the job is submitted, then runs until killed.
+It runs until killed; the driver reads its progress from Flink's log and REST API.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Sequence
 
 from pyflink.common import Configuration, Duration, Types, WatermarkStrategy
@@ -114,9 +113,6 @@ def main(argv: Sequence[str] | None = None) -> None:
         FROM TABLE(TUMBLE(TABLE events, DESCRIPTOR(event_time), INTERVAL '{args.window_s}' SECOND))
         GROUP BY window_start, window_end, account"""
     )
-    client = result.get_job_client()
-    assert client is not None
-    print(json.dumps({"job_id": str(client.get_job_id())}), flush=True)
     result.wait()
 
 
