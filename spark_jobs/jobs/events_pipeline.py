@@ -194,6 +194,8 @@ def run(args: argparse.Namespace) -> None:
         # its metrics and letting go of its lease, as a stop request does.
         signal.signal(signal.SIGTERM, lambda _signum, _frame: runtime.stop())
         try:
+            if runtime.stands_by:
+                warm_up(spark, args)
             runtime.hold_lease(resolve_uri(args.checkpoint))
             start(spark, runtime, args)
             runtime.await_termination(stop_when_idle_s=args.stop_when_idle, timeout_s=args.timeout)
@@ -203,12 +205,27 @@ def run(args: argparse.Namespace) -> None:
         spark.stop()
 
 
-def start(spark: SparkSession, runtime: BacklogRuntime, args: argparse.Namespace) -> None:
-    """The pipeline's query, started under the runtime's coordinator."""
+def configure_session(spark: SparkSession, args: argparse.Namespace) -> None:
     for key, value in STATE_STORE.items():
         spark.conf.set(key, value)
     spark.conf.set("spark.sql.shuffle.partitions", str(args.shuffle_partitions))
     spark.conf.set("spark.sql.session.timeZone", "UTC")
+
+
+def warm_up(spark: SparkSession, args: argparse.Namespace) -> None:
+    """What a standby does before it waits for the lease, so that its first batch does not
+    pay for it while no run serves: the pipeline's aggregation runs once on an empty batch
+    of the event schema (its code generated and compiled, executors up), and a Python job
+    starts the Python workers. Neither touches the checkpoint or the output."""
+    configure_session(spark, args)
+    empty = spark.createDataFrame([], EVENT_SCHEMA)
+    windowed_totals(empty, args).write.format("noop").mode("overwrite").save()
+    spark.sparkContext.parallelize(range(2), 2).map(lambda n: n).count()
+
+
+def start(spark: SparkSession, runtime: BacklogRuntime, args: argparse.Namespace) -> None:
+    """The pipeline's query, started under the runtime's coordinator."""
+    configure_session(spark, args)
     windows = windowed_totals(read_events(spark, runtime, args), args)
     writer = (
         windows.writeStream.format("parquet")
