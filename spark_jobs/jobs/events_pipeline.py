@@ -258,11 +258,18 @@ def warm_up(spark: SparkSession, runtime: BacklogRuntime, args: argparse.Namespa
         )
         try:
             deadline = time.monotonic() + WARM_UP_TIMEOUT_S
-            while not _ran_a_batch(query) and time.monotonic() < deadline:
+            while not (ran := _ran_a_batch(query)) and time.monotonic() < deadline:
                 query.awaitTermination(WARM_UP_TRIGGER_S)
         finally:
             query.stop()
-    logger.info("warmed up in %.1f s: standing by", time.monotonic() - started)
+    if ran:
+        logger.info("warmed up in %.1f s: standing by", time.monotonic() - started)
+    else:
+        logger.warning(
+            "the warm-up ran no batch within %.0f s (no executor free while the running run "
+            "holds them?): standing by without it",
+            WARM_UP_TIMEOUT_S,
+        )
 
 
 def _ran_a_batch(query: StreamingQuery) -> bool:
