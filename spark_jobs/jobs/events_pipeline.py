@@ -46,6 +46,7 @@ logger = logging.getLogger("spark_jobs.jobs.events_pipeline")
 #: A standby's rehearsal: its trigger, and how long it may take to run its one batch.
 WARM_UP_TRIGGER_S = 0.1
 WARM_UP_TIMEOUT_S = 120.0
+WARM_UP_EXECUTOR_WAIT_S = 30.0
 WARM_UP_EVENT = {"event_id": 0, "account": "a", "amount": 0.0, "event_time": "2000-01-01T00:00:00Z"}
 
 EVENT_SCHEMA = "event_id BIGINT, account STRING, amount DOUBLE, event_time TIMESTAMP"
@@ -231,6 +232,13 @@ def warm_up(spark: SparkSession, runtime: BacklogRuntime, args: argparse.Namespa
     the query's generated code, which Spark caches for the real query. It touches neither
     the job's checkpoint nor its output."""
     started = time.monotonic()
+    if not _executors_up(spark, WARM_UP_EXECUTOR_WAIT_S):
+        logger.warning(
+            "no executor registered within %.0f s (the running run may hold the cluster's "
+            "cores): standing by without a warm-up",
+            WARM_UP_EXECUTOR_WAIT_S,
+        )
+        return
     with tempfile.TemporaryDirectory(prefix="backlog-warm-up-") as scratch:
         root = Path(scratch)
         (root / "history").mkdir()
@@ -265,11 +273,22 @@ def warm_up(spark: SparkSession, runtime: BacklogRuntime, args: argparse.Namespa
     if ran:
         logger.info("warmed up in %.1f s: standing by", time.monotonic() - started)
     else:
-        logger.warning(
-            "the warm-up ran no batch within %.0f s (no executor free while the running run "
-            "holds them?): standing by without it",
-            WARM_UP_TIMEOUT_S,
-        )
+        logger.warning("the warm-up ran no batch within %.0f s: standing by", WARM_UP_TIMEOUT_S)
+
+
+def _executors_up(spark: SparkSession, wait_s: float) -> bool:
+    """Whether an executor has registered (at once in local mode, where the driver is one),
+    waiting up to ``wait_s``."""
+    context = spark.sparkContext
+    if context.master.startswith("local"):
+        return True
+    deadline = time.monotonic() + wait_s
+    # The driver is listed among them too.
+    while context._jsc.sc().getExecutorMemoryStatus().size() < 2:
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.5)
+    return True
 
 
 def _ran_a_batch(query: StreamingQuery) -> bool:
