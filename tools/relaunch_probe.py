@@ -127,7 +127,8 @@ def wait_until(what: str, condition, timeout_s: float) -> None:  # type: ignore[
 def probe(
     protocol: str, args: argparse.Namespace, history: Path, first_live_id: int
 ) -> tuple[Result, list[Checkpoint], float]:
-    """One protocol's run; its result, its checkpoints and when the relaunch began."""
+    """One protocol's run; its result, its checkpoints and when the old run committed its
+    last checkpoint."""
     from airflow_provider_backlog.hooks.metrics import BacklogMetricsHook
     from airflow_provider_backlog.operators.launch import (
         BacklogLaunchOperator,
@@ -216,7 +217,7 @@ def probe(
         lost=comparison.lost,
         duplicated=comparison.duplicated + comparison.wrong_amounts,
     )
-    return result, checkpoints, relaunch_at
+    return result, checkpoints, old[-1].committed_at
 
 
 def _live_for(checkpoints: list[Checkpoint], seconds: float) -> bool:
@@ -227,19 +228,19 @@ def _live_for(checkpoints: list[Checkpoint], seconds: float) -> bool:
 def plot_freshness(
     runs: Sequence[tuple[Result, list[Checkpoint], float]], target_s: float, path: Path
 ) -> Path:
-    """Each live batch's largest and median freshness, by commit time from the relaunch's
-    start, one line per protocol; the target dashed."""
+    """Each live batch's largest and median freshness, by commit time from the old run's
+    last checkpoint, one line per protocol; the target dashed."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     figure, axis = plt.subplots(figsize=(11, 4.5))
-    for (result, checkpoints, relaunch_at), colour in zip(
+    for (result, checkpoints, handover_at), colour in zip(
         runs, ("#b5651d", "#2b7bb9"), strict=False
     ):
         live = [c for c in checkpoints if not c.is_backlog and c.event_time_quantiles_s]
-        at = [c.committed_at - relaunch_at for c in live]
+        at = [c.committed_at - handover_at for c in live]
         oldest = [c.committed_at - min(c.event_time_quantiles_s) for c in live]
         axis.plot(at, oldest, ".-", color=colour, lw=1, ms=4, label=f"{result.protocol}: largest")
         median_age = [
@@ -248,10 +249,12 @@ def plot_freshness(
         ]
         axis.plot(at, median_age, ":", color=colour, lw=1, label=f"{result.protocol}: median")
     axis.axvline(0, color="#7a1fa2", lw=1, ls="--")
-    axis.annotate("relaunch asked", (0, 1), xycoords=("data", "axes fraction"), va="top")
+    axis.annotate(
+        " the old run's last checkpoint", (0, 1), xycoords=("data", "axes fraction"), va="top"
+    )
     axis.axhline(target_s, color="#555555", lw=1, ls="--", label=f"target {target_s:g} s")
-    axis.set_xlim(-15, None)
-    axis.set_xlabel("seconds from the relaunch's start (commit time)")
+    axis.set_xlim(-30, None)
+    axis.set_xlabel("seconds from the old run's last checkpoint (commit time)")
     axis.set_ylabel("live freshness (s)")
     axis.set_title("Live freshness around a relaunch")
     axis.legend(fontsize="small")
