@@ -354,6 +354,12 @@ class BacklogMetricsHook(DbApiHook):
             job_name, held.run_id, held.checkpoint_location, held.expires_at, held.spark_ui_url
         )
 
+    def standing_by(self, job_name: str, run_id: str) -> bool:
+        """Whether ``run_id`` has warmed up and stands by to take over the job's live lease
+        (a make-before-break relaunch): it is named on the live run's lease row."""
+        with self.engine.connect() as connection:
+            return lease.standing_by(connection, job_name, run_id) is not None
+
     def release(self, job_name: str, run_id: str) -> bool:
         """Release the lease of a run whose driver is known to have ended (a launch task
         ended it), so that the next run need not wait for it to expire."""

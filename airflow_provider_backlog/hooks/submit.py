@@ -225,6 +225,8 @@ class BacklogSubmitHook(SparkSubmitAdapter):
     :param detach: In cluster mode, have spark-submit return once the application is
         submitted instead of waiting for it to end (True, the default), unless the profile's
         conf sets ``waitAppCompletion`` itself. No effect in client mode.
+    :param extra_conf: Spark conf for this run only, over the profile's (a relaunch's
+        ``spark.backlog.lease.wait-for-handover``); none by default.
     """
 
     def __init__(
@@ -238,6 +240,7 @@ class BacklogSubmitHook(SparkSubmitAdapter):
         application_args: list[str] | None = None,
         env_vars: dict[str, str] | None = None,
         detach: bool = True,
+        extra_conf: Mapping[str, str] | None = None,
         **kwargs: Any,
     ):
         try:
@@ -259,7 +262,7 @@ class BacklogSubmitHook(SparkSubmitAdapter):
         # The password goes to the local driver's environment (client mode), neither onto
         # its command line nor into conf the hook would add for a YARN or Kubernetes master.
         metrics_url, self._metrics_password = split_password(metrics_url)
-        conf = profile.spark_conf(job_name, run_id, metrics_url)
+        conf = {**profile.spark_conf(job_name, run_id, metrics_url), **(extra_conf or {})}
         BacklogConfig.from_spark_conf(conf)  # a templated job name is known only now
         super().__init__(
             conf=conf,

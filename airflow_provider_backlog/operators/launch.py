@@ -16,11 +16,18 @@ from airflow.sdk.configuration import conf as airflow_conf
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_provider_backlog.hooks import driver_log
-from airflow_provider_backlog.hooks.metrics import BacklogMetricsHook, RunStart
+from airflow_provider_backlog.hooks.metrics import (
+    CLAIMED_ANSWER_S,
+    BacklogMetricsHook,
+    LiveRun,
+    RunStart,
+)
 from airflow_provider_backlog.hooks.submit import BacklogSubmitHook, DriverProcess
 from airflow_provider_backlog.links.spark_ui import SPARK_UI_XCOM_KEY, SparkUILink
 from airflow_provider_backlog.profiles import PhaseProfile
+from spark_jobs.backlog.options import LEASE_WAIT_FOR_HANDOVER
 from spark_jobs.backlog.secrets import redact_text
+from spark_jobs.metrics.schema import STOP
 
 
 def new_run_id(context: Any) -> str:
@@ -144,6 +151,19 @@ class BacklogLaunchOperator(BaseOperator):
         return self._launch(context)
 
     def _launch(self, context: Any) -> dict[str, Any]:
+        run_id, driver = self._start_driver(context)
+        try:
+            return self._watch(context, run_id, driver)
+        except BaseException:
+            # Whatever went wrong here (the metrics database, a kill, a timeout), the
+            # driver must not run on unwatched, holding its lease.
+            self._end_driver()
+            raise
+
+    def _start_driver(
+        self, context: Any, extra_conf: dict[str, str] | None = None
+    ) -> tuple[str, DriverProcess]:
+        """spark-submit a new run of the job; its id and its driver."""
         run_id = new_run_id(context)
         submit = BacklogSubmitHook(
             job_name=self.job_name,
@@ -154,6 +174,7 @@ class BacklogLaunchOperator(BaseOperator):
             application_args=[str(arg) for arg in self.application_args],
             env_vars=self.env_vars,
             detach=self.detach,
+            extra_conf=extra_conf,
         )
         self._raise_if_killed("before launching")
         self.log.info(
@@ -166,13 +187,7 @@ class BacklogLaunchOperator(BaseOperator):
             max_bytes=self.driver_log_max_bytes,
             backups=self.driver_log_backups,
         )
-        try:
-            return self._watch(context, run_id, driver)
-        except BaseException:
-            # Whatever went wrong here (the metrics database, a kill, a timeout), the
-            # driver must not run on unwatched, holding its lease.
-            self._end_driver()
-            raise
+        return run_id, driver
 
     def _watch(self, context: Any, run_id: str, driver: DriverProcess) -> dict[str, Any]:
         """Wait for the run's first checkpoint, then return or follow it to its end."""
@@ -299,15 +314,25 @@ class BacklogLaunchOperator(BaseOperator):
 
 
 class BacklogRelaunchOperator(BacklogLaunchOperator):
-    """Relaunches ``job_name`` with the next phase's ``profile``: stops the running run
-    right after a committed checkpoint, waits until its driver has ended, then launches
-    the job again from the same checkpoint (the same ``application_args``). Without a
-    running run it just launches. It takes every argument of ``BacklogLaunchOperator`` too.
+    """Relaunches ``job_name`` with the next phase's ``profile``, from the same checkpoint
+    (the same ``application_args``). Without a running run it just launches. It takes every
+    argument of ``BacklogLaunchOperator`` too.
+
+    Make-before-break (the default): the next run starts first, warms up and stands by
+    (``spark.backlog.lease.wait-for-handover``) while the running one serves on; once it
+    stands by, the running run is asked to stop after a commit, and the next one takes the
+    lease the moment it is let go. If the next run fails or does not stand by within
+    ``startup_timeout``, it is ended and the running run was never asked to stop. With
+    ``make_before_break=False``: stop the running run, wait until its driver has ended,
+    then launch.
 
     :param answer_timeout: How long a run of the job has to take the stop request (default
         2 minutes); if none does, the request is withdrawn and the task fails.
     :param stop_timeout: How long its driver may take, once it has agreed to stop, to end and
-        let go of its lease (default 5 minutes); past it the task fails, launching nothing.
+        let go of its lease (default 5 minutes); past it the task fails (the standby gives
+        up too, or nothing is launched).
+    :param make_before_break: Start the next run before stopping the running one (True,
+        the default), or after it has ended.
     """
 
     def __init__(
@@ -315,24 +340,78 @@ class BacklogRelaunchOperator(BacklogLaunchOperator):
         *,
         answer_timeout: timedelta = timedelta(minutes=2),
         stop_timeout: timedelta = timedelta(minutes=5),
+        make_before_break: bool = True,
         **kwargs: Any,
     ):
         super().__init__(**kwargs)
         self.answer_timeout = answer_timeout
         self.stop_timeout = stop_timeout
+        self.make_before_break = make_before_break
 
     def execute(self, context: Any) -> dict[str, Any]:
         running = self.metrics.live_run(self.job_name)
         if running is None:
             self.log.info("no run of job %s is running: launching it", self.job_name)
-        else:
-            self.log.info("stopping %s", running.describe())
-            answer = self.metrics.stop(
-                self.job_name,
-                answer_timeout_s=self.answer_timeout.total_seconds(),
-                stop_timeout_s=self.stop_timeout.total_seconds(),
-                poll_s=min(self.poll_interval_s, 1.0),
-            )
-            self.log.info("job %s: %s", self.job_name, answer)
-        stopped = running.run_id if running is not None else None
-        return {**self._launch(context), "stopped_run_id": stopped}
+            return {**self._launch(context), "stopped_run_id": None}
+        if self.make_before_break:
+            return {**self._hand_over(context, running), "stopped_run_id": running.run_id}
+        self.log.info("stopping %s", running.describe())
+        answer = self.metrics.stop(
+            self.job_name,
+            answer_timeout_s=self.answer_timeout.total_seconds(),
+            stop_timeout_s=self.stop_timeout.total_seconds(),
+            poll_s=min(self.poll_interval_s, 1.0),
+        )
+        self.log.info("job %s: %s", self.job_name, answer)
+        return {**self._launch(context), "stopped_run_id": running.run_id}
+
+    def handover_wait(self) -> timedelta:
+        """How long the standby waits for the lease once it has warmed up: as long as this
+        task waits for the running run to take the stop request, answer and end."""
+        return self.answer_timeout + self.stop_timeout + timedelta(seconds=CLAIMED_ANSWER_S)
+
+    def _hand_over(self, context: Any, running: LiveRun) -> dict[str, Any]:
+        wait = f"{self.handover_wait().total_seconds():g}s"
+        run_id, driver = self._start_driver(context, {LEASE_WAIT_FOR_HANDOVER.key: wait})
+        try:
+            if self._await_standby(run_id, driver, running):
+                self.log.info("run %s stands by: stopping %s", run_id, running.describe())
+                answer = self.metrics.ask(
+                    self.job_name,
+                    STOP,
+                    timeout_s=self.answer_timeout.total_seconds(),
+                    poll_s=min(self.poll_interval_s, 0.5),
+                    run_id=running.run_id,
+                )
+                self.log.info("job %s: %s", self.job_name, answer)
+            return self._watch(context, run_id, driver)
+        except BaseException:
+            self._end_driver()
+            raise
+
+    def _await_standby(self, run_id: str, driver: DriverProcess, running: LiveRun) -> bool:
+        """Wait until the new run stands by; False if it already holds the lease (the
+        running one ended meanwhile). Raises, with the running run left alone, if the new
+        one ends first or does not get there within ``startup_timeout``."""
+        deadline = time.monotonic() + self.startup_timeout.total_seconds()
+        metrics = self.metrics
+        while True:
+            self._raise_if_killed(f"while run {run_id} warmed up")
+            if metrics.standing_by(self.job_name, run_id):
+                return True
+            live = metrics.live_run(self.job_name)
+            if live is not None and live.run_id == run_id:
+                return False
+            if driver.failed:
+                raise AirflowException(
+                    f"run {run_id} of job {self.job_name!r} ended (exit code {driver.exit_code}) "
+                    f"before it stood by; run {running.run_id} was not stopped and serves on:\n"
+                    f"{driver.log_tail()}"
+                )
+            if time.monotonic() >= deadline:
+                raise AirflowException(
+                    f"run {run_id} of job {self.job_name!r} did not stand by within "
+                    f"{self.startup_timeout}; it was ended, and run {running.run_id} was not "
+                    f"stopped and serves on:\n{driver.log_tail()}"
+                )
+            self._killed.wait(min(self.poll_interval_s, 0.5))

@@ -60,6 +60,9 @@ class BacklogConfig:
     lag_rules: LagRules
     #: The job's checkpoint and transition rows older than this are deleted (None: kept).
     metrics_retention_s: float | None = None
+    #: How long a standby waits for the live driver to hand its lease over (None: this
+    #: run takes the lease at startup, no standby).
+    lease_handover_wait_s: float | None = None
 
     @classmethod
     def from_spark_conf(cls, conf: Mapping[str, str], app_name: str | None = None) -> BacklogConfig:
@@ -114,6 +117,7 @@ class BacklogConfig:
                 min_dwell_s=values[options.LAG_MIN_DWELL.key],
             ),
             metrics_retention_s=values[options.METRICS_RETENTION.key],
+            lease_handover_wait_s=values[options.LEASE_WAIT_FOR_HANDOVER.key],
         )
 
     def describe(self) -> str:
@@ -135,6 +139,8 @@ class BacklogConfig:
             line += f" lag-min-dwell={format_duration(lag.min_dwell_s)}"
         if self.metrics_retention_s is not None:
             line += f" metrics-retention={format_duration(self.metrics_retention_s)}"
+        if self.lease_handover_wait_s is not None:
+            line += f" wait-for-handover={format_duration(self.lease_handover_wait_s)}"
         return line
 
 

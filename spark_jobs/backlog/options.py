@@ -210,6 +210,13 @@ LEASE_TTL = Option(
     "a new driver waits this long after a crash",
     default="30s",
 )
+LEASE_WAIT_FOR_HANDOVER = Option(
+    PREFIX + "lease.wait-for-handover",
+    Duration(1.0, _DAY_S),
+    "stand by, warmed up, up to this long for the live driver to hand the lease over (a "
+    "make-before-break relaunch), then take it at once; unset: take it at startup",
+    unset="unset (no standby)",
+)
 METRICS_RETENTION = Option(
     PREFIX + "metrics.retention",
     # Sensors read a job's latest checkpoints: keep hours of them, not seconds.
@@ -234,6 +241,7 @@ OPTIONS = (
     LAG_WATERMARK_LEAVE_THRESHOLD,
     LAG_MIN_DWELL,
     LEASE_TTL,
+    LEASE_WAIT_FOR_HANDOVER,
     METRICS_RETENTION,
 )
 KEYS = tuple(option.key for option in OPTIONS)

@@ -143,21 +143,25 @@ class BacklogRuntime:
         modes stop the query), and a lease another run took over ends this run at once
         (``await_termination`` raises LeaseLost). Metrics rows are journaled under the
         checkpoint location; the job's last recorded status is where this run picks up.
+
+        With ``spark.backlog.lease.wait-for-handover`` set, this run is a standby: it
+        names itself on the live driver's lease row and takes the lease the moment that
+        driver lets go, or raises LeaseHeld once that time has passed. Warm up first
+        (``stands_by`` tells): whatever is done before this call shortens the gap.
         """
         if self._lease is not None:
             raise RuntimeError("this runtime already holds a lease")
         location = normalize_location(checkpoint_location)
         ttl_s = self.config.lease_ttl_s
         store = LeaseStore(self.config.metrics_url)
+        handover_s = self.config.lease_handover_wait_s
+        holder = (self.config.job_name, location, self.config.run_id, ttl_s)
+        ui = self.spark.sparkContext.uiWebUrl
         try:
-            acquired = store.acquire(
-                self.config.job_name,
-                location,
-                self.config.run_id,
-                ttl_s,
-                spark_ui_url=self.spark.sparkContext.uiWebUrl,
-                wait_s=ttl_s * 1.2,
-            )
+            if handover_s is None:
+                acquired = store.acquire(*holder, spark_ui_url=ui, wait_s=ttl_s * 1.2)
+            else:
+                acquired = store.take_over(*holder, spark_ui_url=ui, wait_s=handover_s)
         except BaseException:
             store.close()
             raise
@@ -180,6 +184,11 @@ class BacklogRuntime:
             logger.warning(
                 "metrics database unavailable: this run starts without the job's history"
             )
+
+    @property
+    def stands_by(self) -> bool:
+        """This run waits for the live driver to hand the lease over (make-before-break)."""
+        return self.config.lease_handover_wait_s is not None
 
     def _read_seed(self) -> Seed | None:
         engine = make_engine(self.config.metrics_url)

@@ -19,11 +19,15 @@ import json
 import logging
 import signal
 import sys
+import tempfile
+import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 from spark_jobs.backlog.config import ConfigError
 from spark_jobs.backlog.secrets import SPARK_REDACTION_REGEX
@@ -39,6 +43,11 @@ from spark_jobs.metrics.lease import LeaseHeld, LeaseLost
 from spark_jobs.sources.storage import resolve_uri
 
 logger = logging.getLogger("spark_jobs.jobs.events_pipeline")
+#: A standby's rehearsal: its trigger, and how long it may take to run its one batch.
+WARM_UP_TRIGGER_S = 0.1
+WARM_UP_TIMEOUT_S = 120.0
+WARM_UP_EXECUTOR_WAIT_S = 30.0
+WARM_UP_EVENT = {"event_id": 0, "account": "a", "amount": 0.0, "event_time": "2000-01-01T00:00:00Z"}
 
 EVENT_SCHEMA = "event_id BIGINT, account STRING, amount DOUBLE, event_time TIMESTAMP"
 #: Quantiles of event time observed per batch, to measure freshness afterwards.
@@ -194,8 +203,13 @@ def run(args: argparse.Namespace) -> None:
         # its metrics and letting go of its lease, as a stop request does.
         signal.signal(signal.SIGTERM, lambda _signum, _frame: runtime.stop())
         try:
+            configure_session(spark, args)
+            if runtime.stands_by:
+                warm_up(spark, runtime, args)
+            # Built before the lease is held: a standby has its query ready to start.
+            writer = pipeline(spark, runtime, args)
             runtime.hold_lease(resolve_uri(args.checkpoint))
-            start(spark, runtime, args)
+            start(runtime, writer, args)
             runtime.await_termination(stop_when_idle_s=args.stop_when_idle, timeout_s=args.timeout)
         finally:
             runtime.close()
@@ -203,19 +217,101 @@ def run(args: argparse.Namespace) -> None:
         spark.stop()
 
 
-def start(spark: SparkSession, runtime: BacklogRuntime, args: argparse.Namespace) -> None:
-    """The pipeline's query, started under the runtime's coordinator."""
+def configure_session(spark: SparkSession, args: argparse.Namespace) -> None:
     for key, value in STATE_STORE.items():
         spark.conf.set(key, value)
     spark.conf.set("spark.sql.shuffle.partitions", str(args.shuffle_partitions))
     spark.conf.set("spark.sql.session.timeZone", "UTC")
+
+
+def warm_up(spark: SparkSession, runtime: BacklogRuntime, args: argparse.Namespace) -> None:
+    """What a standby does before it waits for the lease, so that the first batch of its
+    query does not pay for it while no run serves: the same pipeline, on one event in a
+    scratch directory, with a scratch checkpoint and output, runs one batch. That starts
+    the executors, the Python workers and the state store's native library, and compiles
+    the query's generated code, which Spark caches for the real query. It touches neither
+    the job's checkpoint nor its output."""
+    started = time.monotonic()
+    if not _executors_up(spark, WARM_UP_EXECUTOR_WAIT_S):
+        logger.warning(
+            "no executor registered within %.0f s (the running run may hold the cluster's "
+            "cores): standing by without a warm-up",
+            WARM_UP_EXECUTOR_WAIT_S,
+        )
+        return
+    with tempfile.TemporaryDirectory(prefix="backlog-warm-up-") as scratch:
+        root = Path(scratch)
+        (root / "history").mkdir()
+        (root / "landing").mkdir()
+        (root / "history" / "warm-up.json").write_text(json.dumps(WARM_UP_EVENT) + "\n")
+        rehearsal = argparse.Namespace(
+            **{
+                **vars(args),
+                "history": str(root / "history"),
+                "history_format": "json",
+                "landing": str(root / "landing"),
+                "landing_format": "json",
+                "kafka_bootstrap_servers": None,
+                "bad_records_path": None,
+                "output": str(root / "output"),
+                "checkpoint": str(root / "checkpoint"),
+                "static_trigger": WARM_UP_TRIGGER_S,
+                "static_max_rows": None,
+            }
+        )
+        query = (
+            pipeline(spark, runtime, rehearsal)
+            .trigger(processingTime=processing_time(WARM_UP_TRIGGER_S))
+            .start()
+        )
+        try:
+            deadline = time.monotonic() + WARM_UP_TIMEOUT_S
+            while not (ran := _ran_a_batch(query)) and time.monotonic() < deadline:
+                query.awaitTermination(WARM_UP_TRIGGER_S)
+        finally:
+            query.stop()
+    if ran:
+        logger.info("warmed up in %.1f s: standing by", time.monotonic() - started)
+    else:
+        logger.warning("the warm-up ran no batch within %.0f s: standing by", WARM_UP_TIMEOUT_S)
+
+
+def _executors_up(spark: SparkSession, wait_s: float) -> bool:
+    """Whether an executor has registered (at once in local mode, where the driver is one),
+    waiting up to ``wait_s``."""
+    context = spark.sparkContext
+    if context.master.startswith("local"):
+        return True
+    deadline = time.monotonic() + wait_s
+    # The driver is listed among them too.
+    while context._jsc.sc().getExecutorMemoryStatus().size() < 2:
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.5)
+    return True
+
+
+def _ran_a_batch(query: StreamingQuery) -> bool:
+    if query.exception() is not None:
+        raise query.exception()  # type: ignore[misc]
+    return any(p["numInputRows"] > 0 for p in query.recentProgress)
+
+
+def pipeline(
+    spark: SparkSession, runtime: BacklogRuntime, args: argparse.Namespace
+) -> DataStreamWriter:
+    """The pipeline's query, ready to start."""
     windows = windowed_totals(read_events(spark, runtime, args), args)
-    writer = (
+    return (
         windows.writeStream.format("parquet")
         .outputMode("append")
         .option("path", args.output)
         .option("checkpointLocation", f"{args.checkpoint.rstrip('/')}/spark")
     )
+
+
+def start(runtime: BacklogRuntime, writer: DataStreamWriter, args: argparse.Namespace) -> None:
+    """The pipeline's query, started under the runtime's coordinator."""
     if args.static_trigger is None:
         runtime.start_gated(writer)
     else:

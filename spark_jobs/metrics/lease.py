@@ -14,6 +14,13 @@ take the lease over, whatever the wall clocks say.
 
 The lease is keyed by the checkpoint location (normalized): a checkpoint holds one job's
 offsets and state, so a second job name on it is refused as firmly as a second driver.
+
+A handover (a make-before-break relaunch) keeps the gap between two runs short: the next
+run warms up first, then stands by, named on the holder's row so that Airflow knows it is
+ready, and polls the row a few times a second. Airflow then asks the holder to stop; the
+holder releases the lease after its last commit, and the standby takes it at once. It
+never runs a batch before it holds the lease, and one that waits in vain gives up after
+its own deadline while the holder serves on.
 """
 
 from __future__ import annotations
@@ -38,6 +45,8 @@ logger = logging.getLogger(__name__)
 FENCE_MARGIN = 0.1
 #: While renewals fail, a warning at most this often (and when batches stop).
 WARN_EVERY_S = 10.0
+#: How often a standby reads the lease row: a release wakes it within this.
+HANDOVER_POLL_S = 0.15
 
 
 class LeaseHeld(RuntimeError):
@@ -58,6 +67,9 @@ class Lease:
     expires_at: datetime
     spark_ui_url: str | None
     released_at: datetime | None
+    #: A run warmed up and standing by to take over, and since when (database time).
+    standby_run_id: str | None = None
+    standby_since: datetime | None = None
 
     def alive(self, now: datetime) -> bool:
         """Held and renewed: ``now`` must be the database's time."""
@@ -89,7 +101,7 @@ def database_now(connection: sa.Connection) -> datetime:
 
 def _lease(row: sa.Row) -> Lease:
     values = dict(row._mapping)
-    for key in ("acquired_at", "expires_at", "released_at"):
+    for key in ("acquired_at", "expires_at", "released_at", "standby_since"):
         values[key] = as_utc(values[key])
     return Lease(**values)
 
@@ -140,6 +152,41 @@ def release_run(connection: sa.Connection, job_name: str, run_id: str) -> bool:
     return result.rowcount > 0
 
 
+def offer_standby(connection: sa.Connection, lease: Lease, run_id: str) -> bool:
+    """Name ``run_id`` on ``lease``'s row as standing by to take over; False when that run
+    no longer holds it (it let go or another took over meanwhile)."""
+    table = backlog_leases
+    result = connection.execute(
+        table.update()
+        .where(
+            table.c.checkpoint_location == lease.checkpoint_location,
+            table.c.run_id == lease.run_id,
+            table.c.released_at.is_(None),
+        )
+        .values(standby_run_id=run_id, standby_since=database_now(connection))
+    )
+    return result.rowcount > 0
+
+
+def withdraw_standby(connection: sa.Connection, checkpoint_location: str, run_id: str) -> None:
+    """Take ``run_id``'s name off the row it stood by on (it gave up waiting)."""
+    table = backlog_leases
+    connection.execute(
+        table.update()
+        .where(
+            table.c.checkpoint_location == checkpoint_location,
+            table.c.standby_run_id == run_id,
+        )
+        .values(standby_run_id=None, standby_since=None)
+    )
+
+
+def standing_by(connection: sa.Connection, job_name: str, run_id: str) -> Lease | None:
+    """The live lease of ``job_name`` that ``run_id`` stands by to take over, if any."""
+    held = live_lease(connection, job_name)
+    return held if held is not None and held.standby_run_id == run_id else None
+
+
 class LeaseStore:
     """Takes, renews and releases leases in the metrics database."""
 
@@ -188,6 +235,66 @@ class LeaseStore:
                     raise LeaseHeld(str(busy)) from None
             time.sleep(min(1.0, ttl_s / 3))
 
+    def take_over(
+        self,
+        job_name: str,
+        checkpoint_location: str,
+        run_id: str,
+        ttl_s: float,
+        spark_ui_url: str | None = None,
+        *,
+        wait_s: float,
+        poll_s: float = HANDOVER_POLL_S,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> Acquired:
+        """Stand by for the lease of ``checkpoint_location`` and take it as soon as its
+        holder lets go (or its lease expires); at once if nobody holds it. While waiting,
+        this run is named on the holder's row (``standby_run_id``). Past ``wait_s`` the
+        name is taken off again and LeaseHeld raised, naming the holder.
+
+        The row is read, not written, while it is held: a poll every ``poll_s`` costs the
+        holder's database no lock.
+        """
+        deadline = self._monotonic() + wait_s
+        offered_to: str | None = None
+        try:
+            while True:
+                with self._engine.connect() as connection:
+                    held = lease_at(connection, checkpoint_location)
+                    alive = held is not None and held.alive(database_now(connection))
+                if held is not None and held.job_name != job_name:
+                    raise LeaseHeld(_another_job(job_name, held))
+                if not alive:
+                    try:
+                        return self._try_acquire(
+                            job_name, checkpoint_location, run_id, ttl_s, spark_ui_url
+                        )
+                    except _Busy:
+                        pass  # another run was quicker; it is the holder to wait for now
+                elif held is not None and offered_to != held.run_id:
+                    with self._transaction() as connection:
+                        if offer_standby(connection, held, run_id):
+                            offered_to = held.run_id
+                            logger.info("standing by to take over from run %s", held.run_id)
+                if self._monotonic() >= deadline:
+                    holder = _held_by(held) if held is not None and alive else "it was taken"
+                    raise LeaseHeld(
+                        f"run {run_id} stood by {wait_s:g} s for the lease of "
+                        f"{checkpoint_location}, which was not handed over: {holder}"
+                    )
+                sleep(poll_s)
+        except BaseException:
+            if offered_to is not None:
+                self._withdraw_offer(checkpoint_location, run_id)
+            raise
+
+    def _withdraw_offer(self, checkpoint_location: str, run_id: str) -> None:
+        try:
+            with self._transaction() as connection:
+                withdraw_standby(connection, checkpoint_location, run_id)
+        except sa.exc.SQLAlchemyError as error:  # the name stays; the run's end tells Airflow
+            logger.warning("could not withdraw the standby of run %s: %s", run_id, error)
+
     def _try_acquire(
         self,
         job_name: str,
@@ -208,6 +315,8 @@ class LeaseStore:
                 "expires_at": now + timedelta(seconds=ttl_s),
                 "spark_ui_url": spark_ui_url,
                 "released_at": None,
+                "standby_run_id": None,
+                "standby_since": None,
             }
             if held is not None and held.job_name != job_name:
                 raise LeaseHeld(_another_job(job_name, held))

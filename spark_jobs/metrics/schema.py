@@ -152,6 +152,10 @@ backlog_leases = Table(
     Column("spark_ui_url", String(500), nullable=True),
     # Set when the run ended and let go (NULL while it runs or if it died).
     Column("released_at", DateTime(timezone=True), nullable=True),
+    # A run warmed up and standing by to take over at once when this one lets go (a
+    # make-before-break relaunch), and since when; NULL when none waits.
+    Column("standby_run_id", String(200), nullable=True),
+    Column("standby_since", DateTime(timezone=True), nullable=True),
     # A checkpoint holds one job's offsets and state: one lease row per checkpoint location.
     Index("uq_backlog_leases_checkpoint", "checkpoint_location", unique=True),
     # A job's latest lease (sensors, launcher) without a sort.

@@ -18,7 +18,7 @@ from airflow_provider_backlog.hooks.metrics import (
 )
 from spark_jobs.backlog.config import BacklogConfig
 from spark_jobs.coordinator.control import ControlPoller
-from spark_jobs.metrics.lease import LeaseStore
+from spark_jobs.metrics.lease import LeaseStore, offer_standby
 from spark_jobs.metrics.schema import backlog_transitions
 from tests.airflow_provider_backlog.conftest import (
     CONN_ID,
@@ -215,3 +215,18 @@ def test_a_request_the_job_took_is_answered_even_after_the_timeout(connected):
     finally:
         poller.close()
     assert "interval=5s" in answer
+
+
+def test_a_run_standing_by_is_seen_until_the_lease_changes_hands(connected):
+    store = LeaseStore(connected)
+    held = store.acquire("events", "file:///ck", "r1", 30).lease
+    hook = BacklogMetricsHook(CONN_ID)
+    assert not hook.standing_by("events", "r2")
+    with hook.engine.begin() as connection:
+        assert offer_standby(connection, held, "r2")
+    assert hook.standing_by("events", "r2")
+    assert not hook.standing_by("events", "r3")
+    assert not hook.standing_by("orders", "r2")
+    store.release(held)
+    assert not hook.standing_by("events", "r2"), "the lease it stood by for is no longer live"
+    store.close()

@@ -1,17 +1,24 @@
 import subprocess
 import time
+from datetime import timedelta
 
 import psutil
 import pytest
+import sqlalchemy as sa
 from airflow.sdk.exceptions import AirflowException
 from sqlalchemy.exc import OperationalError
 
 from airflow_provider_backlog.hooks.driver_log import safe_file_name
 from airflow_provider_backlog.hooks.metrics import BacklogMetricsHook
 from airflow_provider_backlog.hooks.submit import BacklogSubmitHook, DriverProcess
-from airflow_provider_backlog.operators.launch import BacklogLaunchOperator, new_run_id
+from airflow_provider_backlog.operators.launch import (
+    BacklogLaunchOperator,
+    BacklogRelaunchOperator,
+    new_run_id,
+)
 from airflow_provider_backlog.profiles import PhaseProfile
 from spark_jobs.metrics.lease import LeaseStore
+from spark_jobs.metrics.schema import backlog_control
 from tests.airflow_provider_backlog.conftest import CONN_ID
 
 
@@ -150,6 +157,7 @@ def test_in_cluster_mode_killing_the_task_asks_the_cluster_and_keeps_the_lease(
 LOCKING_DRIVER = """
 import os, sqlite3, time
 from spark_jobs.metrics.lease import LeaseStore
+from spark_jobs.metrics.schema import backlog_control
 args = open(f"/proc/{os.getppid()}/cmdline").read().split("\\0")
 conf = dict(arg.split("=", 1) for arg in args if arg.startswith("spark.backlog."))
 store = LeaseStore(conf["spark.backlog.metrics.url"])
@@ -198,3 +206,63 @@ def test_a_launch_that_fails_after_spark_submit_started_ends_the_driver_and_its_
     finally:
         if operator._driver is not None:
             operator._driver.end()
+
+
+#: A stand-in next run under a real spark-submit that fails while it warms up, before it
+#: stands by; it shows the conf it was given.
+FAILING_STANDBY = """
+import os, sys
+args = open(f"/proc/{os.getppid()}/cmdline").read().split("\\0")
+print("conf", [arg for arg in args if arg.startswith("spark.backlog.lease.")], flush=True)
+sys.exit(3)
+"""
+
+
+@pytest.mark.parametrize("metrics_url", ["sqlite"], indirect=True)
+def test_a_next_run_that_fails_while_warming_up_leaves_the_running_run_unstopped(
+    connected, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_LOCAL", '{"conn_type": "spark", "host": "local[1]"}')
+    application = tmp_path / "failing_standby.py"
+    application.write_text(FAILING_STANDBY)
+    leases = LeaseStore(connected)
+    leases.acquire("events", "file:///ck", "r1", 60)
+    operator = BacklogRelaunchOperator(
+        task_id="relaunch",
+        job_name="events",
+        application=str(application),
+        profile=PhaseProfile("2s"),
+        metrics_conn_id=CONN_ID,
+        spark_conn_id="spark_local",
+        driver_log_dir=str(tmp_path / "logs"),
+        poll_interval_s=0.2,
+        answer_timeout=timedelta(seconds=30),
+        stop_timeout=timedelta(seconds=60),
+    )
+    assert operator.handover_wait() == timedelta(seconds=120)
+    try:
+        with pytest.raises(AirflowException) as raised:
+            operator.execute({})
+    finally:
+        if operator._driver is not None:
+            operator._driver.end()
+    message = str(raised.value)
+    assert message.startswith(f"run {operator._run_id} of job 'events' ended (exit code 3) ")
+    assert "before it stood by; run r1 was not stopped and serves on" in message
+    assert "conf ['spark.backlog.lease.wait-for-handover=120s']" in message
+    hook = BacklogMetricsHook(CONN_ID)
+    assert hook.live_run("events").run_id == "r1"
+    with hook.engine.connect() as connection:
+        assert connection.execute(sa.select(backlog_control)).all() == [], "no stop was asked"
+    leases.close()
+
+
+def test_a_relaunch_can_break_before_it_makes():
+    operator = BacklogRelaunchOperator(
+        task_id="relaunch",
+        job_name="events",
+        application="app.py",
+        profile=PhaseProfile("2s"),
+        make_before_break=False,
+    )
+    assert not operator.make_before_break

@@ -35,6 +35,7 @@ def test_every_declared_key_is_read():
         "spark.backlog.lag.watermark.leave-threshold": "0",
         "spark.backlog.lag.min-dwell": "1d",
         "spark.backlog.lease.ttl": "1d",
+        "spark.backlog.lease.wait-for-handover": "1d",
         "spark.backlog.metrics.retention": "366d",
     }
     assert tuple(values) == KEYS
@@ -42,7 +43,8 @@ def test_every_declared_key_is_read():
     assert config.describe() == (
         "job=nightly orders run=run 1 interval=1d interval-during-backlog=1d min-pause=1d "
         "max-batch-rows=1000000000000 offset-lag=enter>1000000000000,leave<=0 "
-        "watermark-lag=enter>30d,leave<=0 lag-min-dwell=1d metrics-retention=366d"
+        "watermark-lag=enter>30d,leave<=0 lag-min-dwell=1d metrics-retention=366d "
+        "wait-for-handover=1d"
     )
 
 

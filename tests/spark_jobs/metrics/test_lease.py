@@ -15,6 +15,7 @@ from spark_jobs.metrics.lease import (
     LeaseStore,
     database_now,
     live_lease,
+    standing_by,
 )
 from spark_jobs.metrics.schema import make_engine, metadata
 from tests.support.prerequisites import missing
@@ -83,6 +84,88 @@ def test_a_released_lease_is_free_at_once(stores):
     first, second = stores
     first.release(first.acquire("events", CHECKPOINT, "run-1", 30).lease)
     assert second.acquire("events", CHECKPOINT, "run-2", 30).lease.run_id == "run-2"
+
+
+def standby_of(store: LeaseStore, job_name: str, run_id: str):
+    with store._engine.connect() as connection:
+        return standing_by(connection, job_name, run_id)
+
+
+def test_a_standby_is_named_on_the_holders_row_and_takes_over_at_its_release(stores):
+    first, second = stores
+    holder = first.acquire("events", CHECKPOINT, "run-1", 30).lease
+    sleeps: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        # The holder serves on for three polls, then lets go.
+        sleeps.append(seconds)
+        assert standby_of(first, "events", "run-2").run_id == "run-1"
+        if len(sleeps) == 3:
+            first.release(holder)
+
+    taken = second.take_over("events", CHECKPOINT, "run-2", 30, wait_s=60, sleep=sleep)
+    assert sleeps == [0.15] * 3
+    assert (taken.lease.run_id, taken.previous_run_id) == ("run-2", "run-1")
+    row = first.get(CHECKPOINT)
+    assert (row.run_id, row.released_at, row.standby_run_id, row.standby_since) == (
+        "run-2",
+        None,
+        None,
+        None,
+    )
+    # the holder that let go cannot renew what is now the standby's
+    assert not first.renew(holder, 30)
+
+
+def test_a_standby_takes_a_free_lease_at_once_without_waiting(stores):
+    first, second = stores
+    first.release(first.acquire("events", CHECKPOINT, "run-1", 30).lease)
+    taken = second.take_over("events", CHECKPOINT, "run-2", 30, wait_s=60, sleep=pytest.fail)
+    assert (taken.lease.run_id, taken.previous_run_id) == ("run-2", "run-1")
+    fresh = first.take_over("events", CHECKPOINT + "-b", "run-3", 30, wait_s=0, sleep=pytest.fail)
+    assert (fresh.lease.run_id, fresh.previous_run_id) == ("run-3", None)
+
+
+def test_a_standby_that_is_not_handed_the_lease_in_time_gives_up_and_the_holder_serves_on(
+    stores,
+):
+    first, second = stores
+    clock = [0.0]
+    holder = first.acquire("events", CHECKPOINT, "run-1", 30).lease
+    waiting = LeaseStore(second._engine.url.render_as_string(False), monotonic=lambda: clock[0])
+    try:
+
+        def sleep(seconds: float) -> None:
+            clock[0] += seconds
+
+        with pytest.raises(LeaseHeld) as raised:
+            waiting.take_over("events", CHECKPOINT, "run-2", 30, wait_s=1, sleep=sleep)
+    finally:
+        waiting.close()
+    assert str(raised.value).startswith(
+        f"run run-2 stood by 1 s for the lease of {CHECKPOINT}, which was not handed over: "
+        "job 'events' at checkpoint"
+    )
+    assert "is already run by run-1" in str(raised.value)
+    assert 1.0 <= clock[0] < 1.2
+    row = first.get(CHECKPOINT)
+    assert (row.run_id, row.standby_run_id, row.standby_since) == ("run-1", None, None)
+    assert first.renew(holder, 30)
+
+
+def test_a_standby_on_another_jobs_checkpoint_is_refused_at_once(stores):
+    first, second = stores
+    first.acquire("events", CHECKPOINT, "run-1", 30)
+    with pytest.raises(LeaseHeld, match="belongs to job 'events'"):
+        second.take_over("orders", CHECKPOINT, "run-2", 30, wait_s=60, sleep=pytest.fail)
+    assert first.get(CHECKPOINT).standby_run_id is None
+
+
+def test_a_standby_waits_out_a_dead_holders_lease(stores):
+    first, second = stores
+    first.acquire("events", CHECKPOINT, "run-1", 0.5)
+    taken = second.take_over("events", CHECKPOINT, "run-2", 30, wait_s=10)
+    assert (taken.lease.run_id, taken.previous_run_id) == ("run-2", "run-1")
 
 
 def test_acquiring_waits_out_a_lease_that_is_no_longer_renewed(backend):
