@@ -8,11 +8,11 @@ landing directory at 2,000 events/s for ``--minutes``, and every ``--every`` sec
 samples the driver's JVM (RSS, heap), its Python processes, the checkpoint and state
 directories, the metrics tables, the driver's log, and the output for context.
 
-Each series is judged on the last half of the run, once start-up and the backlog are over:
-the slope of its envelope (the per-window maxima; for the heap, the minima, what is left
-after each collection), per hour, against a bound per hour. Prints a sample a minute and a
-table; writes ``soak.png`` (every series over time) and ``samples.jsonl``. The last line is
-one JSON object.
+Each series is judged on the last half of the run, counted from the first batch's commit:
+the slope of its floor (the least value of each of six windows: what is left right after
+a clean-up or a collection), per hour, against a bound per hour. Prints a sample a minute
+and a table; writes ``soak.png`` (every series over time) and ``samples.jsonl``, which
+``--report`` judges again without a run. The last line is one JSON object.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import socket
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,14 +57,11 @@ class Series:
     label: str
     unit: str
     bound_per_h: float | None
-    #: Which sample of each window the slope is fitted to: ``max`` follows the peaks of a
-    #: saw-tooth (files between clean-ups), ``min`` the floor (the heap after collections).
-    envelope: Callable[[Sequence[float]], float] = max
 
 
 SERIES = (
     Series("jvm_rss_bytes", "driver JVM RSS", "bytes", 16 * MIB),
-    Series("jvm_heap_used_bytes", "driver JVM heap used (floor)", "bytes", 16 * MIB, min),
+    Series("jvm_heap_used_bytes", "driver JVM heap used", "bytes", 16 * MIB),
     Series("driver_python_rss_bytes", "driver Python RSS", "bytes", 4 * MIB),
     Series("python_workers_rss_bytes", "Python workers' RSS", "bytes", 16 * MIB),
     Series("python_workers", "Python workers (context)", "processes", None),
@@ -81,6 +78,7 @@ SERIES = (
     Series("lease_rows", "backlog_leases rows", "rows", 20),
     Series("metrics_db_bytes", "metrics database bytes", "bytes", 1 * MIB),
     Series("driver_log_bytes", "driver log bytes", "bytes", 1 * MIB),
+    Series("load_average", "load average, 1 min (context)", "load", None),
     Series("output_files", "output files (context)", "files", None),
     Series("output_bytes", "output bytes (context)", "bytes", None),
 )
@@ -111,12 +109,10 @@ def last_half(points: Sequence[Point], since: float = 0.0) -> list[Point]:
     return [p for p in points if p[0] >= middle]
 
 
-def envelope(
-    points: Sequence[Point], windows: int, pick: Callable[[Sequence[float]], float]
-) -> list[Point]:
-    """Per window of equal time, the point ``pick`` chooses (``max`` or ``min`` of the
-    values), at its own time: a saw-tooth shorter than a window becomes flat, a steady
-    growth keeps its slope."""
+def floor(points: Sequence[Point], windows: int) -> list[Point]:
+    """Per window of equal time, its least point: a saw-tooth shorter than a window (files
+    between clean-ups, the heap between collections, a batch's files before the old ones
+    are purged) becomes flat, a steady growth keeps its slope."""
     if not points:
         return []
     start, end = points[0][0], points[-1][0]
@@ -126,8 +122,7 @@ def envelope(
         grouped.setdefault(min(int((t - start) / width), windows - 1), []).append((t, v))
     chosen = []
     for _, group in sorted(grouped.items()):
-        value = pick([v for _, v in group])
-        chosen.append(next(p for p in group if p[1] == value))
+        chosen.append(min(group, key=lambda point: point[1]))
     return chosen
 
 
@@ -147,10 +142,10 @@ class Verdict:
 def judge(
     series: Series, points: Sequence[Point], since: float = 0.0, windows: int = 6
 ) -> Verdict | None:
-    """The slope of the series' envelope over the run's last half (None: never sampled)."""
+    """The slope of the series' floor over the run's last half (None: never sampled)."""
     if not points:
         return None
-    half = envelope(last_half(points, since), windows, series.envelope)
+    half = floor(last_half(points, since), windows)
     return Verdict(series, points[0][1], points[-1][1], slope_per_h(half))
 
 
@@ -316,6 +311,7 @@ class Sampler:
         checkpoint = self.run.root / "checkpoint"
         spark, state = checkpoint / "spark", checkpoint / "spark" / "state"
         found = self.processes.sample()
+        found["load_average"] = os.getloadavg()[0]
         for key, usage in (
             ("checkpoint", directory_usage(spark, leave_out=state)),
             ("state", directory_usage(state)),
@@ -410,15 +406,16 @@ def plot(samples: Sequence[dict[str, float]], verdicts: Sequence[Verdict], path:
 
 
 def summary(
-    args: argparse.Namespace, samples: Sequence[dict[str, float]], verdicts: Sequence[Verdict]
+    live_events_per_s: int, samples: Sequence[dict[str, float]], verdicts: Sequence[Verdict]
 ) -> dict[str, object]:
     judged = [v.bounded for v in verdicts if v.bounded is not None]
+    loads = [load for _, load in points(samples, "load_average")]
     return {
         "minutes": round(samples[-1]["t"] / 60, 1) if samples else 0.0,
         "samples": len(samples),
         "batches": int(samples[-1]["batches"]) if samples else 0,
-        "live_events_per_s": args.live_events_per_s,
-        "load_average_1min": round(os.getloadavg()[0], 2),
+        "live_events_per_s": live_events_per_s,
+        "load_average_1min": round(sum(loads) / len(loads), 2) if loads else None,
         "bounded": bool(judged) and all(judged),
         "series": {
             v.series.key: {
@@ -464,9 +461,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--conf", action="append", default=[], metavar="KEY=VALUE", help="more Spark conf"
     )
+    parser.add_argument(
+        "--report",
+        type=Path,
+        metavar="SAMPLES",
+        help="judge a finished run's samples.jsonl again (chart beside it), without a run",
+    )
     args = parser.parse_args(argv)
     if any("=" not in item for item in args.conf):
         parser.error("--conf takes KEY=VALUE")
+    if args.report:
+        samples = [json.loads(line) for line in args.report.read_text().splitlines() if line]
+        report(samples, args.live_events_per_s, args.report.with_name("soak.png"))
+        return 0
     try:
         workspace = prepare_workspace(args)
     except JavaMissing as error:
@@ -488,14 +495,18 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.every:g} s (driver UI: http://127.0.0.1:{ui_port})"
     )
     run.execute(workspace.first_live_id, args.live_events_per_s, sampler)
-    samples = sampler.samples
+    report(sampler.samples, args.live_events_per_s, workspace.root / "soak.png")
+    return 0
+
+
+def report(samples: Sequence[dict[str, float]], live_events_per_s: int, chart: Path) -> None:
+    """The table, the chart and the JSON line of a run's samples."""
     since = first_batch_at(samples)
     verdicts = [v for s in SERIES if (v := judge(s, points(samples, s.key), since)) is not None]
     for line in table(verdicts):
         say(line)
-    say(f"chart: {plot(samples, verdicts, workspace.root / 'soak.png')}")
-    say(json.dumps(summary(args, samples, verdicts)))
-    return 0
+    say(f"chart: {plot(samples, verdicts, chart)}")
+    say(json.dumps(summary(live_events_per_s, samples, verdicts)))
 
 
 if __name__ == "__main__":
