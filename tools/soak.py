@@ -78,9 +78,11 @@ SERIES = (
     Series("lease_rows", "backlog_leases rows", "rows", 20),
     Series("metrics_db_bytes", "metrics database bytes", "bytes", 1 * MIB),
     Series("driver_log_bytes", "driver log bytes", "bytes", 1 * MIB),
+    Series("sink_log_files", "file sink log files (_spark_metadata)", "files", 20),
+    Series("sink_log_bytes", "file sink log bytes (_spark_metadata)", "bytes", 1 * MIB),
     Series("load_average", "load average, 1 min (context)", "load", None),
-    Series("output_files", "output files (context)", "files", None),
-    Series("output_bytes", "output bytes (context)", "bytes", None),
+    Series("output_files", "output data files (context)", "files", None),
+    Series("output_bytes", "output data bytes (context)", "bytes", None),
 )
 
 
@@ -310,6 +312,7 @@ class Sampler:
     def measure(self) -> dict[str, float]:
         checkpoint = self.run.root / "checkpoint"
         spark, state = checkpoint / "spark", checkpoint / "spark" / "state"
+        output, sink_log = self.run.root / "output", self.run.root / "output" / "_spark_metadata"
         found = self.processes.sample()
         found["load_average"] = os.getloadavg()[0]
         for key, usage in (
@@ -317,7 +320,8 @@ class Sampler:
             ("state", directory_usage(state)),
             ("source_state", directory_usage(checkpoint / "hybrid")),
             ("journal", directory_usage(checkpoint / "metrics-journal")),
-            ("output", directory_usage(self.run.root / "output")),
+            ("sink_log", directory_usage(sink_log)),
+            ("output", directory_usage(output, leave_out=sink_log)),
         ):
             found[f"{key}_files"], found[f"{key}_bytes"] = map(float, usage)
         found |= metrics_rows(self.run.metrics_url, self.run.name)
