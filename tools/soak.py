@@ -4,9 +4,10 @@ A streaming job runs for weeks. Whatever it keeps per batch (checkpoint and stat
 metrics rows, log lines, memory) has to be cleaned up as fast as it is made, by Spark's
 log compaction and purging, RocksDB's maintenance, the metrics retention, the garbage
 collector. A leak shows only in a long run: this one drains a small backlog, then follows a
-landing directory at 2,000 events/s for ``--minutes``, and every ``--every`` seconds
-samples the driver's JVM (RSS, heap), its Python processes, the checkpoint and state
-directories, the metrics tables, the driver's log, and the output for context.
+landing directory at 2,000 events/s for ``--minutes`` from its first batch, and every
+``--every`` seconds samples the driver's JVM (RSS, heap), its Python processes, the
+checkpoint and state directories, the metrics tables, the driver's log, and the output for
+context.
 
 Each series is judged on the last half of the run, counted from the first batch's commit:
 the slope of its floor (the least value of each of six windows: what is left right after
@@ -280,7 +281,8 @@ def file_sizes(*paths: Path) -> float:
 
 class Sampler:
     """A ``keep_going`` for ``Run.execute``: a sample every ``every_s`` seconds, a line a
-    minute, until ``minutes`` have passed since the job started."""
+    minute, until ``minutes`` have passed since the first batch committed (a loaded machine
+    may take minutes to start the job: start-up is not the run)."""
 
     def __init__(self, run: Run, database: Path, ui_port: int, every_s: float, minutes: float):
         self.run = run
@@ -289,7 +291,8 @@ class Sampler:
         self.every_s = every_s
         self.samples: list[dict[str, float]] = []
         self._started = time.monotonic()
-        self._until = self._started + 60 * minutes
+        self._run_s = 60 * minutes
+        self._first_batch: float | None = None
         self._next = self._started
         self._next_line = self._started + 60
         self.journal = run.root.parent / "samples.jsonl"
@@ -299,6 +302,8 @@ class Sampler:
         now = time.monotonic()
         if now >= self._next:
             self._next += self.every_s
+            if self._first_batch is None and checkpoints:
+                self._first_batch = now
             sample = {"t": now - self._started, "batches": float(len(checkpoints))}
             sample |= self.measure()
             self.samples.append(sample)
@@ -307,7 +312,7 @@ class Sampler:
             if now >= self._next_line:
                 self._next_line += 60
                 say(f"[soak] {self.line(sample)}")
-        return now < self._until
+        return self._first_batch is None or now < self._first_batch + self._run_s
 
     def measure(self) -> dict[str, float]:
         checkpoint = self.run.root / "checkpoint"
@@ -458,7 +463,7 @@ def spark_conf(args: argparse.Namespace, ui_port: int) -> dict[str, str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="scripts/soak", description=__doc__)
     add_workspace_arguments(parser, "var/soak", events=100_000)
-    parser.add_argument("--minutes", type=float, default=60.0, help="from the job's start")
+    parser.add_argument("--minutes", type=float, default=60.0, help="from the first batch's commit")
     parser.add_argument("--every", type=duration_argument, default=5.0, help="sample period")
     parser.add_argument("--interval", default="1s", help="the live checkpoint interval")
     parser.add_argument("--retention", default="1h", help="spark.backlog.metrics.retention")
