@@ -306,18 +306,24 @@ def wait_for(
         time.sleep(2)
 
 
-def fire_times(triggerer_log: Path) -> dict[tuple[str, str], tuple[datetime, bool]]:
-    """When each (DAG, task)'s trigger fired its event, and whether it was a success, from
-    the triggerer's log ("Trigger fired event", stamped by the trigger's process)."""
+def fire_times(home: Path) -> dict[tuple[str, str], tuple[datetime, bool]]:
+    """When each (DAG, task)'s trigger fired its event, and whether it was a success: the
+    "Trigger fired event" line, stamped by the trigger's process, goes to the trigger's own
+    log file once the triggerer has opened it, and to the triggerer's console before."""
     fired: dict[tuple[str, str], tuple[datetime, bool]] = {}
-    for line in triggerer_log.read_text(errors="replace").splitlines():
-        if "Trigger fired event" not in line:
-            continue
-        dag, task = log_field(line, "dag_id"), log_field(line, "task_id")
-        fired[(dag, task)] = (
-            datetime.fromisoformat(line.split(maxsplit=1)[0]),
-            "'status': 'success'" in line,
-        )
+    for path in home.glob("logs/dag_id=*/run_id=*/task_id=*/*.trigger.*.log"):
+        task_dir = path.parent
+        key = (task_dir.parent.parent.name.removeprefix("dag_id="), task_dir.name.removeprefix("task_id="))
+        for line in path.read_text(errors="replace").splitlines():
+            if "Trigger fired event" in line:
+                record = json.loads(line)
+                at = datetime.fromisoformat(record["timestamp"])
+                fired[key] = (at, "'status': 'success'" in record["result"])
+    for line in (home / "triggerer.log").read_text(errors="replace").splitlines():
+        if "Trigger fired event" in line:
+            key = (log_field(line, "dag_id"), log_field(line, "task_id"))
+            at = datetime.fromisoformat(line.split(maxsplit=1)[0])
+            fired[key] = (at, "'status': 'success'" in line)
     return fired
 
 
@@ -334,7 +340,7 @@ def wait_for_events(airflow: Airflow, total: int, timeout_s: float) -> dict:
     deadline = time.monotonic() + timeout_s
     while True:
         airflow.check()
-        fired = fire_times(airflow.home / "triggerer.log")
+        fired = fire_times(airflow.home)
         say(f"  {time.strftime('%H:%M:%S')} trigger events: {len(fired)} of {total}")
         if len(fired) >= total:
             return fired
