@@ -312,8 +312,8 @@ def fire_times(home: Path) -> dict[tuple[str, str], tuple[datetime, bool]]:
     log file once the triggerer has opened it, and to the triggerer's console before."""
     fired: dict[tuple[str, str], tuple[datetime, bool]] = {}
     for path in home.glob("logs/dag_id=*/run_id=*/task_id=*/*.trigger.*.log"):
-        task_dir = path.parent
-        key = (task_dir.parent.parent.name.removeprefix("dag_id="), task_dir.name.removeprefix("task_id="))
+        dag_dir, task_dir = path.parents[2], path.parent
+        key = (dag_dir.name.removeprefix("dag_id="), task_dir.name.removeprefix("task_id="))
         for line in path.read_text(errors="replace").splitlines():
             if "Trigger fired event" in line:
                 record = json.loads(line)
