@@ -2,21 +2,20 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import asdict
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_provider_backlog.hooks.metrics import BacklogMetricsHook, Expectation, is_transient
+from airflow_provider_backlog.hooks.metrics import Expectation, is_transient
+from airflow_provider_backlog.hooks.metrics_poll import stop_reason
+from airflow_provider_backlog.triggers.job_poller import subscribed
 from spark_jobs.backlog.outage import Outage
 from spark_jobs.backlog.secrets import redact_text
 from spark_jobs.backlog.values import format_duration
 
-#: The longest wait between two tries while the database does not answer.
-MAX_RETRY_DELAY_S = 30.0
 DEFAULT_DATABASE_RETRY_TIMEOUT_S = 300.0
 
 
@@ -27,11 +26,16 @@ class JobExpectationTrigger(BaseTrigger):
     error of the query, after ``database_retry_timeout_s`` of retries with backoff for a
     database that does not answer (restarting, unreachable, locked).
 
+    The triggers of one triggerer that wait on the same job through the same connection
+    share one poll of it per interval (``job_poller``): the database's load grows with the
+    jobs awaited, not with the sensors.
+
     :param metrics_conn_id: The ``backlog_metrics`` connection to read.
     :param job_name: The job's name.
     :param expectation: The ``Expectation``'s fields, as ``dataclasses.asdict`` gives them.
-    :param poll_interval_s: Seconds between polls; also the first wait before asking a
-        database that did not answer again, doubled on each try up to 30 seconds.
+    :param poll_interval_s: Seconds between polls (a job's shared poll follows the shortest
+        interval of its triggers); also the first wait before asking a database that did not
+        answer again, doubled on each try up to 30 seconds.
     :param since: When the wait began, as an ISO 8601 time with its offset.
     :param database_retry_timeout_s: Seconds a database that does not answer is asked again
         before the error event; default 300.
@@ -68,47 +72,45 @@ class JobExpectationTrigger(BaseTrigger):
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        hook = BacklogMetricsHook(self.metrics_conn_id)
+        yield await self._outcome()
+
+    async def _outcome(self) -> TriggerEvent:
+        """The event that ends the wait, judged on each poll of the job's shared poller."""
         since = datetime.fromisoformat(self.since)
         outage = Outage(self.database_retry_timeout_s)
-        delay_s = self.poll_interval_s
-        while True:
-            now = datetime.now(UTC)
-            try:
-                snapshot = await asyncio.to_thread(
-                    hook.job_snapshot, self.job_name, self.expectation.checkpoints
-                )
-                stopped = await asyncio.to_thread(hook.run_stopped, self.job_name, since)
-            except Exception as error:
-                problem = redact_text(str(error))
-                if is_transient(error) and outage.failed():
-                    self.log.warning(
-                        "job %s: the metrics database did not answer (%s); trying again in %s",
-                        self.job_name,
-                        problem,
-                        format_duration(delay_s),
+        with subscribed(
+            self.metrics_conn_id, self.job_name, self.expectation.checkpoints, self.poll_interval_s
+        ) as polls:
+            while True:
+                poll = await polls.next()
+                if poll.found is None:
+                    assert poll.error is not None
+                    problem = redact_text(str(poll.error))
+                    if is_transient(poll.error) and outage.failed():
+                        self.log.warning(
+                            "job %s: the metrics database did not answer (%s); trying again in %s",
+                            self.job_name,
+                            problem,
+                            format_duration(poll.next_in_s),
+                        )
+                        continue
+                    retried = (
+                        f" (retried for {format_duration(outage.lasted_s)})"
+                        if outage.ongoing
+                        else ""
                     )
-                    await asyncio.sleep(delay_s)
-                    delay_s = min(2 * delay_s, MAX_RETRY_DELAY_S)
-                    continue
-                retried = (
-                    f" (retried for {format_duration(outage.lasted_s)})" if outage.ongoing else ""
-                )
-                yield TriggerEvent(
-                    {
-                        "status": "error",
-                        "message": f"cannot read the metrics of job {self.job_name!r} "
-                        f"through connection {self.metrics_conn_id!r}{retried}: {problem}",
-                    }
-                )
-                return
-            outage.recovered()
-            delay_s = self.poll_interval_s
-            if self.expectation.met_by(snapshot, now):
-                assert snapshot is not None
-                yield TriggerEvent({"status": "success", "snapshot": snapshot.as_dict()})
-                return
-            if stopped is not None:
-                yield TriggerEvent({"status": "error", "message": stopped})
-                return
-            await asyncio.sleep(self.poll_interval_s)
+                    return TriggerEvent(
+                        {
+                            "status": "error",
+                            "message": f"cannot read the metrics of job {self.job_name!r} "
+                            f"through connection {self.metrics_conn_id!r}{retried}: {problem}",
+                        }
+                    )
+                outage.recovered()
+                snapshot = poll.found.snapshot
+                if self.expectation.met_by(snapshot, poll.at):
+                    assert snapshot is not None
+                    return TriggerEvent({"status": "success", "snapshot": snapshot.as_dict()})
+                stopped = stop_reason(self.job_name, poll.found, since)
+                if stopped is not None:
+                    return TriggerEvent({"status": "error", "message": stopped})
