@@ -391,26 +391,6 @@ class BacklogMetricsHook(DbApiHook):
         assert committed is not None
         return RunStart(run_id, committed, ui.spark_ui_url)
 
-    def run_stopped(self, job_name: str, since: datetime) -> str | None:
-        """Why waiting for the job is pointless, or None: its driver died (its lease
-        expired without being released), or its run ended after ``since``."""
-        with self.engine.connect() as connection:
-            latest = lease.latest_lease(connection, job_name)
-            now = lease.database_now(connection)
-        if latest is None:
-            return None
-        if latest.released_at is None and latest.expires_at <= now:
-            return (
-                f"the driver of job {job_name!r} (run {latest.run_id}) stopped renewing its "
-                f"lease, which expired at {latest.expires_at.isoformat()}: it has died"
-            )
-        if latest.released_at is not None and latest.released_at >= since:
-            return (
-                f"the run {latest.run_id} of job {job_name!r} ended at "
-                f"{latest.released_at.isoformat()} while it was awaited"
-            )
-        return None
-
     def run_released(self, job_name: str, run_id: str | None, wait_s: float, poll_s: float) -> bool:
         """Whether the job's run (the latest, when ``run_id`` is None) has let go of its
         lease, that is ended cleanly, waiting up to ``wait_s``."""

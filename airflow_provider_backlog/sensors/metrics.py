@@ -21,6 +21,7 @@ from airflow_provider_backlog.hooks.metrics import (
     Phase,
     is_transient,
 )
+from airflow_provider_backlog.hooks.metrics_poll import read_job, stop_reason
 from airflow_provider_backlog.triggers.metrics import (
     DEFAULT_DATABASE_RETRY_TIMEOUT_S,
     JobExpectationTrigger,
@@ -60,9 +61,10 @@ class _JobSensor(BaseSensorOperator):
         hook = BacklogMetricsHook(self.metrics_conn_id)
         now = datetime.now(UTC)
         try:
-            snapshot = hook.job_snapshot(self.job_name, self.expectation.checkpoints)
+            poll = read_job(hook, self.job_name, self.expectation.checkpoints)
+            snapshot = poll.snapshot
             met = self.expectation.met_by(snapshot, now)
-            stopped = None if met else hook.run_stopped(self.job_name, self._since(context))
+            stopped = None if met else stop_reason(self.job_name, poll, self._since(context))
         except Exception as error:
             # Poking again is the retry; the budget bounds it (in reschedule mode, each
             # poke is a new process: the sensor's timeout bounds it).

@@ -23,6 +23,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
 from airflow_provider_backlog.hooks.metrics import BacklogMetricsHook
+from airflow_provider_backlog.hooks.metrics_poll import read_job
 from airflow_provider_backlog.sensors.metrics import BacklogFreshnessSensor, BacklogPhaseSensor
 from spark_jobs.metrics import control, history
 from spark_jobs.metrics.lease import LeaseStore
@@ -201,10 +202,9 @@ def test_what_sensors_launcher_poller_and_lease_ask_is_answered_from_an_index(sh
     send, as compiled for PostgreSQL: none scans a table or sorts."""
     with statements_run() as seen:
         hook = BacklogMetricsHook()
-        hook.job_snapshot("orders", checkpoints=2)
+        read_job(hook, "orders", checkpoints=2)
         hook.run_start("orders", "orders-run")
         hook.live_run("orders")
-        hook.run_stopped("orders", datetime.now(UTC))
         hook.run_released("orders", None, wait_s=0, poll_s=0.1)
         hook.release("orders", "orders-run")
         store = LeaseStore(shared_database)

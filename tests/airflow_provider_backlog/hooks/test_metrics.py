@@ -16,6 +16,7 @@ from airflow_provider_backlog.hooks.metrics import (
     MetricsConnectionError,
     RunStart,
 )
+from airflow_provider_backlog.hooks.metrics_poll import read_job, stop_reason
 from spark_jobs.backlog.config import BacklogConfig
 from spark_jobs.coordinator.control import ControlPoller
 from spark_jobs.metrics.lease import LeaseStore, offer_standby
@@ -174,7 +175,7 @@ def test_the_live_run_is_the_one_whose_lease_is_renewed_and_not_released(connect
     while hook.database_now() < held.lease.expires_at:
         time.sleep(0.1)
     assert hook.live_run("events") is None, "expired by the database's clock: driver died"
-    assert "stopped renewing its lease" in hook.run_stopped("events", T0)
+    assert "stopped renewing its lease" in stop_reason("events", read_job(hook, "events", 1), T0)
     retaken = leases.acquire("events", "file:///ck", "r2", 30).lease
     assert hook.live_run("events").run_id == "r2"
     leases.release(retaken)
