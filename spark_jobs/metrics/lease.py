@@ -155,6 +155,13 @@ def release_run(connection: sa.Connection, job_name: str, run_id: str) -> bool:
 def offer_standby(connection: sa.Connection, lease: Lease, run_id: str) -> bool:
     """Name ``run_id`` on ``lease``'s row as standing by to take over; False when that run
     no longer holds it (it let go or another took over meanwhile)."""
+    return _update_held(
+        connection, lease, standby_run_id=run_id, standby_since=database_now(connection)
+    )
+
+
+def _update_held(connection: sa.Connection, lease: Lease, **values: object) -> bool:
+    """Set ``values`` on ``lease``'s row while its run still holds it; False once it does not."""
     table = backlog_leases
     result = connection.execute(
         table.update()
@@ -163,7 +170,7 @@ def offer_standby(connection: sa.Connection, lease: Lease, run_id: str) -> bool:
             table.c.run_id == lease.run_id,
             table.c.released_at.is_(None),
         )
-        .values(standby_run_id=run_id, standby_since=database_now(connection))
+        .values(**values)
     )
     return result.rowcount > 0
 
@@ -346,18 +353,9 @@ class LeaseStore:
 
     def renew(self, lease: Lease, ttl_s: float) -> bool:
         """Extend a lease still held by its run; False if it was lost (taken over)."""
-        table = backlog_leases
         with self._transaction() as connection:
-            renewed = connection.execute(
-                table.update()
-                .where(
-                    table.c.checkpoint_location == lease.checkpoint_location,
-                    table.c.run_id == lease.run_id,
-                    table.c.released_at.is_(None),
-                )
-                .values(expires_at=database_now(connection) + timedelta(seconds=ttl_s))
-            ).rowcount
-        return bool(renewed)
+            expires_at = database_now(connection) + timedelta(seconds=ttl_s)
+            return _update_held(connection, lease, expires_at=expires_at)
 
     def release(self, lease: Lease) -> None:
         with self._transaction() as connection:
