@@ -640,32 +640,38 @@ def _to_arrow(
     messages: list[Any], schema: pa.Schema, value_format: str, bad: list[BadInput] | None
 ) -> pa.Table:
     """The records as a table of ``schema``; with ``bad`` (a quarantine), values that do
-    not decode are appended there and left out, else they fail the read."""
-    decoded = None
-    if value_format == "json":
-        fields = pa.schema([f for f in schema if not f.name.startswith(JSON_METADATA_PREFIX)])
-        messages, decoded = _decode_json(messages, fields, bad)
-    columns = {
-        "key": pa.array([m.key() for m in messages], pa.binary()),
-        "value": pa.array([m.value() for m in messages], pa.binary()),
-        "topic": pa.array([m.topic() for m in messages], pa.string()),
-        "partition": pa.array([m.partition() for m in messages], pa.int32()),
-        "offset": pa.array([m.offset() for m in messages], pa.int64()),
-        # A record without a timestamp says -1: that is null, not 1969.
-        "timestamp": pa.array(
-            [ms * 1000 if (ms := m.timestamp()[1]) >= 0 else None for m in messages], pa.int64()
-        ).cast(pa.timestamp("us", tz="UTC")),
-    }
-    if decoded is None:
-        return pa.table({f.name: columns[f.name].cast(f.type) for f in schema})
+    not decode are appended there and left out, else they fail the read. Only the record
+    columns the schema asks for are built: each one is a pass over every record in Python."""
+    if value_format != "json":
+        return pa.table({f.name: _record_column(messages, f.name).cast(f.type) for f in schema})
+    fields = pa.schema([f for f in schema if not f.name.startswith(JSON_METADATA_PREFIX)])
+    messages, decoded = _decode_json(messages, fields, bad)
     return pa.table(
         {
-            f.name: columns[f.name[len(JSON_METADATA_PREFIX) :]].cast(f.type)
+            f.name: _record_column(messages, f.name[len(JSON_METADATA_PREFIX) :]).cast(f.type)
             if f.name.startswith(JSON_METADATA_PREFIX)
             else decoded.column(f.name)
             for f in schema
         }
     )
+
+
+def _record_column(messages: list[Any], name: str) -> pa.Array:
+    """One of ``RECORD_COLUMNS`` over ``messages``."""
+    if name == "key":
+        return pa.array([m.key() for m in messages], pa.binary())
+    if name == "value":
+        return pa.array([m.value() for m in messages], pa.binary())
+    if name == "topic":
+        return pa.array([m.topic() for m in messages], pa.string())
+    if name == "partition":
+        return pa.array([m.partition() for m in messages], pa.int32())
+    if name == "offset":
+        return pa.array([m.offset() for m in messages], pa.int64())
+    # A record without a timestamp says -1: that is null, not 1969.
+    return pa.array(
+        [ms * 1000 if (ms := m.timestamp()[1]) >= 0 else None for m in messages], pa.int64()
+    ).cast(pa.timestamp("us", tz="UTC"))
 
 
 def _decode_json(
@@ -677,19 +683,25 @@ def _decode_json(
     Values are checked to be objects first: pyarrow's reader expects newline-delimited
     objects, and a bare literal such as ``null`` can crash it rather than raise.
     """
-    kept, values = [], []
-    for message in messages:
-        value = (message.value() or b"{}").replace(b"\n", b" ")
-        if value.lstrip().startswith(b"{"):
-            kept.append(message)
-            values.append(value)
-        else:
-            _reject(message, fields, "it does not start with '{'", bad)
+    values = [message.value() or b"{}" for message in messages]
+    lines = b"\n".join(values)
+    # The usual case, checked in two passes over bytes: every value one line, an object.
+    kept = messages
+    if lines.count(b"\n") != len(values) - 1 or not all(v[:1] == b"{" for v in values):
+        kept, values = [], []
+        for message in messages:
+            value = (message.value() or b"{}").replace(b"\n", b" ")
+            if value.lstrip().startswith(b"{"):
+                kept.append(message)
+                values.append(value)
+            else:
+                _reject(message, fields, "it does not start with '{'", bad)
+        lines = b"\n".join(values)
     if not values:
         return [], fields.empty_table()
     options = pa_json.ParseOptions(explicit_schema=fields, unexpected_field_behavior="ignore")
     try:
-        table = pa_json.read_json(io.BytesIO(b"\n".join(values)), parse_options=options)
+        table = pa_json.read_json(io.BytesIO(lines), parse_options=options)
         if table.num_rows == len(values):
             return kept, table.select(fields.names).cast(fields)
     except pa.ArrowInvalid:

@@ -413,6 +413,24 @@ def test_json_values_may_carry_fields_outside_the_schema(broker, make_child):
     assert table.to_pylist() == [{"account": "a1", "event_id": 7}]
 
 
+def test_json_values_over_several_lines_or_after_blanks_read_like_one_line_objects(
+    broker, make_child
+):
+    produce(
+        broker,
+        2,
+        [b'{"event_id": 1}', b'{"event_id":\n 2,\r\n"account": "a"}', b' \t{"event_id": 3}'],
+    )
+    child = make_child(schema=pa.schema([("event_id", pa.int64()), ("account", pa.string())]))
+    start = child.initial_position()
+    table = read_table(child, start, child.plan(start, Limits()).end, child.schema)
+    assert table.to_pylist() == [
+        {"event_id": 1, "account": None},
+        {"event_id": 2, "account": "a"},
+        {"event_id": 3, "account": None},
+    ]
+
+
 def test_raw_mode_reads_every_record_column_exactly(broker, make_child):
     stamp = int(PRODUCED_AT.timestamp() * 1000)
     produce(
