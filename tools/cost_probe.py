@@ -25,6 +25,7 @@ JSON object.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import shutil
 import statistics
@@ -36,7 +37,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from pyspark.sql import SparkSession
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 from spark_jobs.backlog.values import count_argument
 from spark_jobs.coordinator.progress import BatchProgress
@@ -109,7 +110,7 @@ def run_cost(progress: Sequence[BatchProgress], handling_ms: Iterable[float] = (
     if len(measured) < 2:
         raise ValueError(f"{len(batches)} batches: too few to measure after {WARM_UP} warm-up")
     cycles, gaps = [], []
-    for before, after in zip(measured, measured[1:], strict=False):
+    for before, after in itertools.pairwise(measured):
         cycles.append((after.committed_at - before.committed_at).total_seconds() * 1000)
         gaps.append((after.started_at - before.committed_at).total_seconds() * 1000)
     parts = {name: statistics.median(_part(p, name) for p in measured) for name in PARTS}
@@ -238,7 +239,8 @@ class Probe:
             conf |= backlog
         for key, value in conf.items():
             self.spark.conf.set(key, value)
-        runtime = None
+        runtime: BacklogRuntime | None = None
+        query: StreamingQuery | None = None
         try:
             if variant.mode == "plain":
                 self.spark.dataSource.register(HybridDataSource)
@@ -252,21 +254,18 @@ class Probe:
                 else:
                     query = runtime.start_static(writer, 0.0)
             progress = self._until_read(query, label)
-            if runtime is not None:
-                runtime.close()
-                assert runtime.coordinator is not None
-                handling = [ms for _, ms in runtime.coordinator.handling_ms]
-            else:
-                query.stop()
-                handling = []
         finally:
             if runtime is not None:
                 runtime.close()
+            elif query is not None:
+                query.stop()
             for key in conf:
                 self.spark.conf.unset(key)
+        coordinator = runtime.coordinator if runtime is not None else None
+        handling = [ms for _, ms in coordinator.handling_ms] if coordinator else []
         return run_cost(progress, handling[WARM_UP:])
 
-    def _writer(self, runtime: BacklogRuntime | None, args: argparse.Namespace):  # noqa: ANN202
+    def _writer(self, runtime: BacklogRuntime | None, args: argparse.Namespace) -> DataStreamWriter:
         events = events_pipeline.read_events(self.spark, runtime, args)  # type: ignore[arg-type]
         return (
             events_pipeline.windowed_totals(events, args)
