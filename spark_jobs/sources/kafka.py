@@ -461,13 +461,21 @@ class KafkaChild(ChildSource):
         return False
 
     def partitions(self, start: Position, end: Position) -> list[ReadablePartition]:
-        pieces: list[ReadablePartition] = []
+        """The batch's offset ranges, cut into tasks of ``rows_per_partition`` records each
+        (the last one smaller): a task reads the ranges of several topic partitions one
+        after another with one client, so a batch spread thinly over many partitions does
+        not pay a task and a client per partition."""
+        tasks: list[list[KafkaRangePartition]] = [[]]
+        room = self.rows_per_partition
         for topic, parts in end.items():
             for partition, stop in parts.items():
                 offset = start.get(topic, {}).get(partition, stop)
                 while offset < stop:
-                    until = min(stop, offset + self.rows_per_partition)
-                    pieces.append(
+                    if room == 0:
+                        tasks.append([])
+                        room = self.rows_per_partition
+                    until = min(stop, offset + room)
+                    tasks[-1].append(
                         KafkaRangePartition(
                             self.bootstrap_servers,
                             self.properties,
@@ -480,8 +488,9 @@ class KafkaChild(ChildSource):
                             self.quarantine,
                         )
                     )
+                    room -= until - offset
                     offset = until
-        return pieces
+        return [KafkaRangesPartition(pieces) for pieces in tasks if pieces]
 
 
 def _share(available: list[int], limit: int | None) -> list[int]:
@@ -552,12 +561,16 @@ class KafkaRangePartition(ReadablePartition):
 
     def read(self, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
         consumer = Consumer(_client_config(self.bootstrap_servers, self.properties))
-        bad: list[BadInput] | None = None if self.quarantine is None else []
         try:
-            for records in self._records(consumer):
-                yield from _to_arrow(records, schema, self.value_format, bad).to_batches()
+            yield from self.read_with(consumer, schema)
         finally:
             consumer.close()
+
+    def read_with(self, consumer: Consumer, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+        """Read with ``consumer``, which this range assigns to itself alone."""
+        bad: list[BadInput] | None = None if self.quarantine is None else []
+        for records in self._records(consumer):
+            yield from _to_arrow(records, schema, self.value_format, bad).to_batches()
         if self.quarantine is not None and bad:
             # Before the task ends, so before the batch commits and its rows are counted.
             key = range_key(self.topic, self.partition, self.start, self.stop)
@@ -616,6 +629,8 @@ class KafkaRangePartition(ReadablePartition):
                     # leader) on its own; the read timeout bounds how long that may take.
                     logger.warning("%s: %s; retrying", self.describe(), error.str())
                     continue
+                if (message.topic(), message.partition()) != (self.topic, self.partition):
+                    continue  # fetched for a range this client read before
                 if message.offset() >= self.stop:
                     reached_stop = True
                     break
@@ -634,6 +649,25 @@ class KafkaRangePartition(ReadablePartition):
                 f"{error.str()}. Records are never skipped: the batch fails"
             )
         return f"{self.describe()}: {error.str()}"
+
+
+class KafkaRangesPartition(ReadablePartition):
+    """One task's offset ranges, read in order with one client."""
+
+    def __init__(self, pieces: Sequence[KafkaRangePartition]):
+        self.pieces = list(pieces)
+
+    def describe(self) -> str:
+        return "; ".join(piece.describe() for piece in self.pieces)
+
+    def read(self, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+        first = self.pieces[0]
+        consumer = Consumer(_client_config(first.bootstrap_servers, first.properties))
+        try:
+            for piece in self.pieces:
+                yield from piece.read_with(consumer, schema)
+        finally:
+            consumer.close()
 
 
 def _to_arrow(
