@@ -186,7 +186,7 @@ def run_all(
             workspace.root / "history",
             workspace.metrics_url,
             setup.conf | LAG_RULE,
-            setup.args,
+            [*setup.args, "--shuffle-partitions", str(args.shuffle_partitions)],
             kafka=topic,
         )
         if topic is None:
@@ -224,6 +224,13 @@ def main(argv: list[str] | None = None) -> int:
         choices=["landing", "kafka"],
         action="append",
         help="live phase(s) to measure (default: both)",
+    )
+    parser.add_argument(
+        "--shuffle-partitions",
+        type=count_argument,
+        default=2,
+        help="the pipeline's, for every configuration: one per core of local[2] halves the "
+        "state commits of four (see docs/tuning.md)",
     )
     parser.add_argument("--topic-backlog", type=int, default=300_000)
     parser.add_argument("--burst", type=count_argument, default=1_000_000, help="events, on Kafka")
