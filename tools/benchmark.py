@@ -186,7 +186,13 @@ def run_all(
             workspace.root / "history",
             workspace.metrics_url,
             setup.conf | LAG_RULE,
-            [*setup.args, "--shuffle-partitions", str(args.shuffle_partitions)],
+            [
+                *setup.args,
+                "--shuffle-partitions",
+                str(args.shuffle_partitions),
+                "--rows-per-partition",
+                str(cap // args.shuffle_partitions),
+            ],
             kafka=topic,
         )
         if topic is None:

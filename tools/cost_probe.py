@@ -66,7 +66,14 @@ class Variant:
     name: str
     mode: str
     conf: Mapping[str, str] = field(default_factory=dict)
+    #: The pipeline's own arguments, such as ``--rows-per-partition``.
+    args: tuple[str, ...] = ()
 
+
+#: In a variant's arguments: half the rows of a batch, so that both cores read it.
+HALF_BATCH = "HALF"
+#: The settings adopted from this probe: one shuffle partition per core of local[2].
+TUNED = TODAY | {SHUFFLE: "2"}
 
 #: What the probe compares by default: the coordinator's overhead on today's settings,
 #: then settings that might move the fixed cost, each on its own, then together.
@@ -85,6 +92,8 @@ VARIANTS = (
         TODAY | {"spark.sql.streaming.stateStore.checkpointFormatVersion": "2"},
     ),
     Variant("no-codegen", "plain", TODAY | {"spark.sql.codegen.wholeStage": "false"}),
+    Variant("tuned", "plain", TUNED, ("--rows-per-partition", HALF_BATCH)),
+    Variant("tuned-gated", "gated", TUNED, ("--rows-per-partition", HALF_BATCH)),
 )
 
 
@@ -225,6 +234,10 @@ class Probe:
                     if variant.mode == "gated"
                     else ["--static-trigger", "0", "--static-max-rows", str(self.batch_rows)]
                 ),
+                *(
+                    str(max(1, self.batch_rows // 2)) if arg == HALF_BATCH else arg
+                    for arg in variant.args
+                ),
             ]
         )
         backlog = {
@@ -335,7 +348,9 @@ def main(argv: list[str] | None = None) -> int:
         say("warming up")
         probe.run(chosen[0], "warm-up")
         for round_no in range(1, args.rounds + 1):
-            for variant in chosen:
+            # Every other round in reverse order, so that a load rising or falling through
+            # a round weighs on all variants alike.
+            for variant in chosen if round_no % 2 else reversed(chosen):
                 cost = probe.run(variant, f"{variant.name}-{round_no}")
                 runs[variant.name].append(cost)
                 say(
