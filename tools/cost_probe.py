@@ -291,7 +291,8 @@ class Probe:
     def _until_read(self, query: StreamingQuery, label: str) -> list[BatchProgress]:
         """Wait until every backlog row was read; the query's own progress, parsed."""
         total = self.batches * self.batch_rows
-        deadline = time.monotonic() + 60 + self.batches * 10
+        # Generous: a machine busy with other work may read no more than 1,000 rows a second.
+        deadline = time.monotonic() + 120 + total / 1000
         while time.monotonic() < deadline:
             if query.exception() is not None:
                 raise RuntimeError(f"{label}: the query failed: {query.exception()}")
