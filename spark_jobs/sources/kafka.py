@@ -3,7 +3,8 @@
 Positions are ``{"<topic>": {"<partition>": next_offset}}``, like Spark's own Kafka source,
 so replaying a batch from its two positions reads exactly the same records. Planning (in
 Spark's planner process) asks the brokers for each partition's earliest and latest
-offsets; executors read one partition's offset range each, as Arrow record batches.
+offsets; executors read the offset ranges as Arrow record batches, in tasks of up to
+``rowsPerPartition`` records that may span several partitions, one client per task.
 
 Records that were deleted by retention before they were read, or an offset beyond the
 end of its partition, fail the batch with the topic, partition and offsets named: a
