@@ -12,6 +12,7 @@ import json
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -86,7 +87,14 @@ class BacklogCoordinator:
     Every status passes through the lag rules, which may hold a source in backlog whatever
     its phase. Called from the query listener after every committed micro-batch; owns no
     thread.
+
+    ``handling_ms`` keeps, per recent batch, how long its progress took here (deciding,
+    publishing the plan, journaling the metrics row): the driver's share of a checkpoint,
+    which Spark's ``durationMs`` does not see. A gated source waits for it between batches.
     """
+
+    #: Recent batches whose handling time is kept.
+    HANDLING_KEPT = 1000
 
     def __init__(
         self,
@@ -117,6 +125,7 @@ class BacklogCoordinator:
                 self._lag.restore(name, state)
         self._runs: set[str] = set()
         self.last_progress: BatchProgress | None = None
+        self.handling_ms: deque[tuple[int, float]] = deque(maxlen=self.HANDLING_KEPT)
 
     @property
     def job_is_backlog(self) -> bool | None:
@@ -152,8 +161,11 @@ class BacklogCoordinator:
         nothing about lag: its phase counts only when that says backlog, since a lag rule
         could still hold a live phase in backlog.
         """
+        began = time.perf_counter()
         with self._lock:
-            return self._on_progress(progress)
+            decision = self._on_progress(progress)
+            self.handling_ms.append((progress.batch_id, (time.perf_counter() - began) * 1000))
+            return decision
 
     def _on_progress(self, progress: BatchProgress) -> Decision:
         statuses = [

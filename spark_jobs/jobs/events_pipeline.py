@@ -89,6 +89,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--watermark", type=duration_argument, default=10.0, help=DURATION_FORMAT)
     parser.add_argument("--shuffle-partitions", type=count_argument, default=4)
     parser.add_argument(
+        "--rows-per-partition",
+        type=count_argument,
+        help="rows per Spark task of the source (its rowsPerPartition; default 250000): "
+        "max-batch-rows divided by the cores keeps every core reading a capped batch",
+    )
+    parser.add_argument(
         "--static-trigger",
         type=duration_argument,
         help="run with this fixed trigger instead of backlog-aware checkpointing (a baseline)",
@@ -157,6 +163,8 @@ def read_events(
     )
     if args.bad_records_path:
         reader = reader.option("badRecordsPath", args.bad_records_path)
+    if args.rows_per_partition:
+        reader = reader.option("rowsPerPartition", str(args.rows_per_partition))
     if args.static_trigger is None:
         reader = reader.options(**runtime.source_options())
     elif args.static_max_rows:

@@ -3,7 +3,8 @@
 Positions are ``{"<topic>": {"<partition>": next_offset}}``, like Spark's own Kafka source,
 so replaying a batch from its two positions reads exactly the same records. Planning (in
 Spark's planner process) asks the brokers for each partition's earliest and latest
-offsets; executors read one partition's offset range each, as Arrow record batches.
+offsets; executors read the offset ranges as Arrow record batches, in tasks of up to
+``rowsPerPartition`` records that may span several partitions, one client per task.
 
 Records that were deleted by retention before they were read, or an offset beyond the
 end of its partition, fail the batch with the topic, partition and offsets named: a
@@ -461,13 +462,21 @@ class KafkaChild(ChildSource):
         return False
 
     def partitions(self, start: Position, end: Position) -> list[ReadablePartition]:
-        pieces: list[ReadablePartition] = []
+        """The batch's offset ranges, cut into tasks of ``rows_per_partition`` records each
+        (the last one smaller): a task reads the ranges of several topic partitions one
+        after another with one client, so a batch spread thinly over many partitions does
+        not pay a task and a client per partition."""
+        tasks: list[list[KafkaRangePartition]] = [[]]
+        room = self.rows_per_partition
         for topic, parts in end.items():
             for partition, stop in parts.items():
                 offset = start.get(topic, {}).get(partition, stop)
                 while offset < stop:
-                    until = min(stop, offset + self.rows_per_partition)
-                    pieces.append(
+                    if room == 0:
+                        tasks.append([])
+                        room = self.rows_per_partition
+                    until = min(stop, offset + room)
+                    tasks[-1].append(
                         KafkaRangePartition(
                             self.bootstrap_servers,
                             self.properties,
@@ -480,8 +489,9 @@ class KafkaChild(ChildSource):
                             self.quarantine,
                         )
                     )
+                    room -= until - offset
                     offset = until
-        return pieces
+        return [KafkaRangesPartition(pieces) for pieces in tasks if pieces]
 
 
 def _share(available: list[int], limit: int | None) -> list[int]:
@@ -552,12 +562,16 @@ class KafkaRangePartition(ReadablePartition):
 
     def read(self, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
         consumer = Consumer(_client_config(self.bootstrap_servers, self.properties))
-        bad: list[BadInput] | None = None if self.quarantine is None else []
         try:
-            for records in self._records(consumer):
-                yield from _to_arrow(records, schema, self.value_format, bad).to_batches()
+            yield from self.read_with(consumer, schema)
         finally:
             consumer.close()
+
+    def read_with(self, consumer: Consumer, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+        """Read with ``consumer``, which this range assigns to itself alone."""
+        bad: list[BadInput] | None = None if self.quarantine is None else []
+        for records in self._records(consumer):
+            yield from _to_arrow(records, schema, self.value_format, bad).to_batches()
         if self.quarantine is not None and bad:
             # Before the task ends, so before the batch commits and its rows are counted.
             key = range_key(self.topic, self.partition, self.start, self.stop)
@@ -616,6 +630,8 @@ class KafkaRangePartition(ReadablePartition):
                     # leader) on its own; the read timeout bounds how long that may take.
                     logger.warning("%s: %s; retrying", self.describe(), error.str())
                     continue
+                if (message.topic(), message.partition()) != (self.topic, self.partition):
+                    continue  # fetched for a range this client read before
                 if message.offset() >= self.stop:
                     reached_stop = True
                     break
@@ -636,36 +652,61 @@ class KafkaRangePartition(ReadablePartition):
         return f"{self.describe()}: {error.str()}"
 
 
+class KafkaRangesPartition(ReadablePartition):
+    """One task's offset ranges, read in order with one client."""
+
+    def __init__(self, pieces: Sequence[KafkaRangePartition]):
+        self.pieces = list(pieces)
+
+    def describe(self) -> str:
+        return "; ".join(piece.describe() for piece in self.pieces)
+
+    def read(self, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+        first = self.pieces[0]
+        consumer = Consumer(_client_config(first.bootstrap_servers, first.properties))
+        try:
+            for piece in self.pieces:
+                yield from piece.read_with(consumer, schema)
+        finally:
+            consumer.close()
+
+
 def _to_arrow(
     messages: list[Any], schema: pa.Schema, value_format: str, bad: list[BadInput] | None
 ) -> pa.Table:
     """The records as a table of ``schema``; with ``bad`` (a quarantine), values that do
-    not decode are appended there and left out, else they fail the read."""
-    decoded = None
-    if value_format == "json":
-        fields = pa.schema([f for f in schema if not f.name.startswith(JSON_METADATA_PREFIX)])
-        messages, decoded = _decode_json(messages, fields, bad)
-    columns = {
-        "key": pa.array([m.key() for m in messages], pa.binary()),
-        "value": pa.array([m.value() for m in messages], pa.binary()),
-        "topic": pa.array([m.topic() for m in messages], pa.string()),
-        "partition": pa.array([m.partition() for m in messages], pa.int32()),
-        "offset": pa.array([m.offset() for m in messages], pa.int64()),
-        # A record without a timestamp says -1: that is null, not 1969.
-        "timestamp": pa.array(
-            [ms * 1000 if (ms := m.timestamp()[1]) >= 0 else None for m in messages], pa.int64()
-        ).cast(pa.timestamp("us", tz="UTC")),
-    }
-    if decoded is None:
-        return pa.table({f.name: columns[f.name].cast(f.type) for f in schema})
+    not decode are appended there and left out, else they fail the read. Only the record
+    columns the schema asks for are built: each one is a pass over every record in Python."""
+    if value_format != "json":
+        return pa.table({f.name: _record_column(messages, f.name).cast(f.type) for f in schema})
+    fields = pa.schema([f for f in schema if not f.name.startswith(JSON_METADATA_PREFIX)])
+    messages, decoded = _decode_json(messages, fields, bad)
     return pa.table(
         {
-            f.name: columns[f.name[len(JSON_METADATA_PREFIX) :]].cast(f.type)
+            f.name: _record_column(messages, f.name[len(JSON_METADATA_PREFIX) :]).cast(f.type)
             if f.name.startswith(JSON_METADATA_PREFIX)
             else decoded.column(f.name)
             for f in schema
         }
     )
+
+
+def _record_column(messages: list[Any], name: str) -> pa.Array:
+    """One of ``RECORD_COLUMNS`` over ``messages``."""
+    if name == "key":
+        return pa.array([m.key() for m in messages], pa.binary())
+    if name == "value":
+        return pa.array([m.value() for m in messages], pa.binary())
+    if name == "topic":
+        return pa.array([m.topic() for m in messages], pa.string())
+    if name == "partition":
+        return pa.array([m.partition() for m in messages], pa.int32())
+    if name == "offset":
+        return pa.array([m.offset() for m in messages], pa.int64())
+    # A record without a timestamp says -1: that is null, not 1969.
+    return pa.array(
+        [ms * 1000 if (ms := m.timestamp()[1]) >= 0 else None for m in messages], pa.int64()
+    ).cast(pa.timestamp("us", tz="UTC"))
 
 
 def _decode_json(
@@ -677,19 +718,25 @@ def _decode_json(
     Values are checked to be objects first: pyarrow's reader expects newline-delimited
     objects, and a bare literal such as ``null`` can crash it rather than raise.
     """
-    kept, values = [], []
-    for message in messages:
-        value = (message.value() or b"{}").replace(b"\n", b" ")
-        if value.lstrip().startswith(b"{"):
-            kept.append(message)
-            values.append(value)
-        else:
-            _reject(message, fields, "it does not start with '{'", bad)
+    values = [message.value() or b"{}" for message in messages]
+    lines = b"\n".join(values)
+    # The usual case, checked in two passes over bytes: every value one line, an object.
+    kept = messages
+    if lines.count(b"\n") != len(values) - 1 or not all(v[:1] == b"{" for v in values):
+        kept, values = [], []
+        for message in messages:
+            value = (message.value() or b"{}").replace(b"\n", b" ")
+            if value.lstrip().startswith(b"{"):
+                kept.append(message)
+                values.append(value)
+            else:
+                _reject(message, fields, "it does not start with '{'", bad)
+        lines = b"\n".join(values)
     if not values:
         return [], fields.empty_table()
     options = pa_json.ParseOptions(explicit_schema=fields, unexpected_field_behavior="ignore")
     try:
-        table = pa_json.read_json(io.BytesIO(b"\n".join(values)), parse_options=options)
+        table = pa_json.read_json(io.BytesIO(lines), parse_options=options)
         if table.num_rows == len(values):
             return kept, table.select(fields.names).cast(fields)
     except pa.ArrowInvalid:

@@ -179,6 +179,20 @@ def test_a_checkpoint_records_where_its_time_went_and_the_state_it_carries(parts
     ]
 
 
+def test_the_driver_keeps_how_long_each_batch_took_it(parts):
+    coordinator, *_ = parts
+    batches = [
+        BatchProgress.from_json(recorded(name))
+        for name in ("file_source", "rocksdb_memory_sink", "hybrid_backlog")
+    ]
+    for batch in batches:
+        coordinator.on_progress(batch)
+    kept = list(coordinator.handling_ms)
+    assert [batch_id for batch_id, _ in kept] == [batch.batch_id for batch in batches]
+    assert all(ms > 0 for _, ms in kept)
+    assert coordinator.handling_ms.maxlen == coordinator.HANDLING_KEPT
+
+
 def test_state_totals_add_up_the_operators_and_a_size_one_leaves_unknown(parts):
     coordinator, _, writer, engine, _ = parts
     [save] = json.loads(recorded("rocksdb_memory_sink"))["stateOperators"]

@@ -413,6 +413,24 @@ def test_json_values_may_carry_fields_outside_the_schema(broker, make_child):
     assert table.to_pylist() == [{"account": "a1", "event_id": 7}]
 
 
+def test_json_values_over_several_lines_or_after_blanks_read_like_one_line_objects(
+    broker, make_child
+):
+    produce(
+        broker,
+        2,
+        [b'{"event_id": 1}', b'{"event_id":\n 2,\r\n"account": "a"}', b' \t{"event_id": 3}'],
+    )
+    child = make_child(schema=pa.schema([("event_id", pa.int64()), ("account", pa.string())]))
+    start = child.initial_position()
+    table = read_table(child, start, child.plan(start, Limits()).end, child.schema)
+    assert table.to_pylist() == [
+        {"event_id": 1, "account": None},
+        {"event_id": 2, "account": "a"},
+        {"event_id": 3, "account": None},
+    ]
+
+
 def test_raw_mode_reads_every_record_column_exactly(broker, make_child):
     stamp = int(PRODUCED_AT.timestamp() * 1000)
     produce(
@@ -466,8 +484,10 @@ def test_replaying_a_batch_reads_the_same_records_after_more_arrived(waiting, ma
     ]
 
 
-def test_partitions_are_split_by_rows_per_partition(broker, make_child, monkeypatch):
-    # Three records per fetch: several fetches per piece.
+def test_partitions_cut_the_ranges_into_tasks_of_rows_per_partition(
+    broker, make_child, monkeypatch
+):
+    # Three records per fetch: several fetches per range.
     monkeypatch.setattr(kafka, "RECORDS_PER_ARROW_BATCH", 3)
     produce_events(broker, 0, 0, 10)
     produce_events(broker, 2, 100, 5)
@@ -475,21 +495,33 @@ def test_partitions_are_split_by_rows_per_partition(broker, make_child, monkeypa
     start = child.initial_position()
     end = child.plan(start, Limits()).end
     assert end == positions([10, 0, 5, 0])
-    pieces = child.partitions(start, end)
-    assert [(p.topic, p.partition, p.start, p.stop) for p in pieces] == [
-        (EVENTS, 0, 1, 5),
-        (EVENTS, 0, 5, 9),
-        (EVENTS, 0, 9, 10),
-        (EVENTS, 2, 0, 4),
-        (EVENTS, 2, 4, 5),
+    tasks = child.partitions(start, end)
+    assert [[(p.topic, p.partition, p.start, p.stop) for p in t.pieces] for t in tasks] == [
+        [(EVENTS, 0, 1, 5)],
+        [(EVENTS, 0, 5, 9)],
+        [(EVENTS, 0, 9, 10), (EVENTS, 2, 0, 3)],
+        [(EVENTS, 2, 3, 5)],
     ]
-    assert pieces[0].describe() == "topic 'events' partition 0 offsets 1..5"
+    assert tasks[2].describe() == (
+        "topic 'events' partition 0 offsets 9..10; topic 'events' partition 2 offsets 0..3"
+    )
     ids = [
-        [row["event_id"] for batch in piece.read(JSON_SCHEMA) for row in batch.to_pylist()]
-        for piece in pieces
+        [row["event_id"] for batch in task.read(JSON_SCHEMA) for row in batch.to_pylist()]
+        for task in tasks
     ]
-    assert ids == [[1, 2, 3, 4], [5, 6, 7, 8], [9], [100, 101, 102, 103], [104]]
+    assert ids == [[1, 2, 3, 4], [5, 6, 7, 8], [9, 100, 101, 102], [103, 104]]
     assert child.partitions(end, end) == []
+
+
+def test_one_task_reads_a_thin_spread_over_many_partitions_with_one_client(broker, make_child):
+    for partition in range(EVENT_PARTITIONS):
+        produce_events(broker, partition, 100 * partition, 3)
+    child = make_child(rows_per_partition=1000)
+    start = child.initial_position()
+    end = child.plan(start, Limits()).end
+    (task,) = child.partitions(start, end)
+    assert len(task.pieces) == EVENT_PARTITIONS
+    assert pa.Table.from_batches(list(task.read(JSON_SCHEMA))) == read_table(child, start, end)
 
 
 def test_partitions_and_children_survive_pickling(waiting, make_child):
@@ -498,7 +530,9 @@ def test_partitions_and_children_survive_pickling(waiting, make_child):
     end = child.plan(start, Limits(max_rows=12)).end
     pieces = child.partitions(start, end)
     copies = [pickle.loads(pickle.dumps(piece)) for piece in pieces]
-    assert [vars(copy) for copy in copies] == [vars(piece) for piece in pieces]
+    assert [[vars(p) for p in copy.pieces] for copy in copies] == [
+        [vars(p) for p in piece.pieces] for piece in pieces
+    ]
     read = [batch for copy in copies for batch in copy.read(JSON_SCHEMA)]
     assert pa.Table.from_batches(read) == read_table(child, start, end)
 
@@ -751,7 +785,7 @@ def test_a_value_that_is_not_one_json_object_fails_naming_its_offset(
     child = make_child()
     start = child.initial_position()
     end = child.plan(start, Limits()).end
-    pieces = child.partitions(start, end)
+    pieces = [piece for task in child.partitions(start, end) for piece in task.pieces]
     assert len(pieces) == len(NOT_ONE_OBJECT)
     for piece, (bad, problem) in zip(pieces, NOT_ONE_OBJECT, strict=True):
         with pytest.raises(KafkaReadError) as raised:
