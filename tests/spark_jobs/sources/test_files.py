@@ -137,6 +137,21 @@ def test_the_bounded_snapshot_survives_a_restart_and_ignores_later_files(tmp_pat
     assert again.plan(end, Limits()).end == {"file": 1, "row": 0}
 
 
+def test_a_planning_writes_the_files_it_admits_as_one_segment(tmp_path):
+    for i in range(5):
+        write_file(tmp_path / "history", f"{i}.parquet", "parquet", i * 10, 10)
+    child = bounded(tmp_path)
+    first = child.plan(child.initial_position(), Limits(max_rows=25)).end
+    end = child.plan(first, Limits()).end
+    state = sorted(p.name for p in (tmp_path / "state" / "history").iterdir())
+    assert [n for n in state if n.endswith(".manifest.json")] == [
+        "0000000000.manifest.json",  # files 0-2, reached by the first batch
+        "0000000001.manifest.json",  # files 3-4
+    ]
+    again = bounded(tmp_path)  # a restart replays both batches from the manifest
+    assert read_ids(again, again.initial_position(), end) == list(range(50))
+
+
 def test_an_empty_bounded_directory_ends_at_once(tmp_path):
     (tmp_path / "history").mkdir()
     child = bounded(tmp_path)
