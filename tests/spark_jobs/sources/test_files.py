@@ -1,6 +1,9 @@
 import json
 import os
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -354,3 +357,22 @@ def test_with_a_quarantine_malformed_files_are_set_aside_and_the_rest_is_read(tm
     again = BoundedFiles.from_spec(spec, quarantined)
     assert again.plan(start, Limits()).end == planned.end
     assert read_ids(again, start, planned.end) == [0, 1, 2, 6, 7, 8]
+
+
+def test_admitting_parquet_files_leaves_pandas_out_of_the_planner_process(tmp_path):
+    write_file(tmp_path / "history", "a.parquet", "parquet", 0, 10)
+    script = (
+        "import sys\n"
+        "from tests.spark_jobs.sources.test_files import Limits, bounded\n"
+        f"child = bounded(__import__('pathlib').Path({str(tmp_path)!r}))\n"
+        "assert child.plan(child.initial_position(), Limits()).rows == 10\n"
+        "print('pandas' in sys.modules)\n"
+    )
+    found = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parents[3],
+    )
+    assert found.stdout.strip() == "False"  # importing it costs 0.5-1.3 s per query start
