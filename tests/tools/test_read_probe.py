@@ -4,6 +4,7 @@ import sys
 
 import pytest
 
+from tools import REPOSITORY
 from tools.read_probe import (
     Measurement,
     data_batch,
@@ -123,3 +124,15 @@ def test_the_cpu_of_a_process_tree_counts_its_children():
         assert tree_cpu_s(os.getpid()) >= own
     finally:
         child.communicate(b"\n")
+
+
+def test_the_command_runs_the_module_from_the_checkout():
+    """scripts/read-benchmark runs the module through scripts/tool (which sets up .venv
+    first, so it is not run here)."""
+    script = REPOSITORY / "scripts" / "read-benchmark"
+    assert script.is_file() and os.access(script, os.X_OK)
+    assert 'tool" read_probe "$@"' in script.read_text()
+    command = [sys.executable, "-m", "tools.read_probe", "--help"]
+    result = subprocess.run(command, cwd=REPOSITORY, capture_output=True, text=True)
+    assert result.returncode == 0
+    assert result.stdout.startswith("usage: scripts/read-benchmark")
