@@ -1,6 +1,9 @@
 import json
 import os
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -135,6 +138,21 @@ def test_the_bounded_snapshot_survives_a_restart_and_ignores_later_files(tmp_pat
     again = bounded(tmp_path)  # a new planner process after a restart
     assert read_ids(again, first.initial_position(), end) == [0, 1, 2, 3]
     assert again.plan(end, Limits()).end == {"file": 1, "row": 0}
+
+
+def test_a_planning_writes_the_files_it_admits_as_one_segment(tmp_path):
+    for i in range(5):
+        write_file(tmp_path / "history", f"{i}.parquet", "parquet", i * 10, 10)
+    child = bounded(tmp_path)
+    first = child.plan(child.initial_position(), Limits(max_rows=25)).end
+    end = child.plan(first, Limits()).end
+    state = sorted(p.name for p in (tmp_path / "state" / "history").iterdir())
+    assert [n for n in state if n.endswith(".manifest.json")] == [
+        "0000000000.manifest.json",  # files 0-2, reached by the first batch
+        "0000000001.manifest.json",  # files 3-4
+    ]
+    again = bounded(tmp_path)  # a restart replays both batches from the manifest
+    assert read_ids(again, again.initial_position(), end) == list(range(50))
 
 
 def test_an_empty_bounded_directory_ends_at_once(tmp_path):
@@ -339,3 +357,22 @@ def test_with_a_quarantine_malformed_files_are_set_aside_and_the_rest_is_read(tm
     again = BoundedFiles.from_spec(spec, quarantined)
     assert again.plan(start, Limits()).end == planned.end
     assert read_ids(again, start, planned.end) == [0, 1, 2, 6, 7, 8]
+
+
+def test_admitting_parquet_files_leaves_pandas_out_of_the_planner_process(tmp_path):
+    write_file(tmp_path / "history", "a.parquet", "parquet", 0, 10)
+    script = (
+        "import sys\n"
+        "from tests.spark_jobs.sources.test_files import Limits, bounded\n"
+        f"child = bounded(__import__('pathlib').Path({str(tmp_path)!r}))\n"
+        "assert child.plan(child.initial_position(), Limits()).rows == 10\n"
+        "print('pandas' in sys.modules)\n"
+    )
+    found = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parents[3],
+    )
+    assert found.stdout.strip() == "False"  # importing it costs 0.5-1.3 s per query start
