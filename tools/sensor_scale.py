@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import random
 import re
@@ -85,7 +86,7 @@ def job_names(count: int) -> list[str]:
 def percentile(values: list[float], share: float) -> float:
     """The nearest-rank percentile."""
     ordered = sorted(values)
-    return ordered[max(0, min(len(ordered) - 1, round(share * len(ordered) + 0.5) - 1))]
+    return ordered[max(0, min(len(ordered) - 1, math.ceil(share * len(ordered)) - 1))]
 
 
 @contextlib.contextmanager
