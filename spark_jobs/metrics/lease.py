@@ -35,6 +35,7 @@ from datetime import datetime, timedelta
 
 import sqlalchemy as sa
 
+from spark_jobs.backlog.secrets import redact_text
 from spark_jobs.metrics.periodic import PeriodicThread
 from spark_jobs.metrics.schema import as_utc, backlog_leases, create_tables, make_engine
 
@@ -300,7 +301,9 @@ class LeaseStore:
             with self._transaction() as connection:
                 withdraw_standby(connection, checkpoint_location, run_id)
         except sa.exc.SQLAlchemyError as error:  # the name stays; the run's end tells Airflow
-            logger.warning("could not withdraw the standby of run %s: %s", run_id, error)
+            logger.warning(
+                "could not withdraw the standby of run %s: %s", run_id, redact_text(str(error))
+            )
 
     def _try_acquire(
         self,
