@@ -35,6 +35,7 @@ from spark_jobs.backlog.values import (
     DURATION_FORMAT,
     count_argument,
     duration_argument,
+    format_duration,
     processing_time,
 )
 from spark_jobs.coordinator.runtime import BacklogRuntime
@@ -72,6 +73,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--kafka-bootstrap-servers", help="live phase: a Kafka topic of JSON events, from here"
     )
     parser.add_argument("--landing-format", default="json", choices=["parquet", "json", "csv"])
+    parser.add_argument(
+        "--landing-max-file-age",
+        type=duration_argument,
+        help="files modified this long before the newest landed file count as seen, so the "
+        f"source can forget them (its maxFileAge, default 7d): {DURATION_FORMAT}",
+    )
     parser.add_argument("--kafka-topic", default="events")
     parser.add_argument(
         "--kafka-starting-offsets",
@@ -138,6 +145,8 @@ def hybrid_children(args: argparse.Namespace) -> str:
             "path": args.landing,
             "format": args.landing_format,
         }
+        if args.landing_max_file_age:
+            live["maxFileAge"] = format_duration(args.landing_max_file_age)
     else:
         live = {
             "name": "kafka",

@@ -97,6 +97,10 @@ class ChildSource(ABC):
     @abstractmethod
     def partitions(self, start: Position, end: Position) -> list[ReadablePartition]: ...
 
+    def commit(self, position: Position) -> None:  # noqa: B027 - a hook, as close
+        """Spark has committed every batch up to ``position`` and will not read before it
+        again: state kept only for a replay of those batches may go."""
+
     def close(self) -> None:  # noqa: B027 - a hook: most children hold nothing open
         """Release what planning holds open (a client connection); the query has stopped."""
 

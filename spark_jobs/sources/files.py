@@ -13,7 +13,7 @@ before any of its rows count, and can be repaired in place. Files are read with 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -23,6 +23,7 @@ import pyarrow.csv as pa_csv
 import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
+from spark_jobs.backlog.values import parse_duration
 from spark_jobs.sources.children import (
     ChildSource,
     ChildSpecError,
@@ -69,29 +70,61 @@ class FileManifest:
     """The durable, append-only list of admitted files of one child source.
 
     Each planning that admits files adds one segment file; every ``COMPACT_EVERY`` segments
-    one compacted file holds every entry so far and the files before it are deleted, so a
+    one compacted file holds the entries so far and the files before it are deleted, so a
     landing directory that receives a file a second for months keeps a handful of state
     files, not millions (Spark's file sink log compacts the same way). Positions count
-    entries from the first file ever admitted, so compaction changes no position.
+    entries from the first file ever admitted. Compaction may forget a leading run of
+    entries that ``forgettable`` allows (Spark committed past them and their files are too
+    old to be listed again); the compacted file then records how many came before, so no
+    position changes and the list stays as long as the files a listing still considers.
     """
 
     SUFFIX = ".manifest.json"
     COMPACT_SUFFIX = ".compact.json"
     COMPACT_EVERY = 100
 
-    def __init__(self, state: StateDirectory):
+    def __init__(
+        self,
+        state: StateDirectory,
+        forgettable: Callable[[int, FileEntry], bool] = lambda index, entry: False,
+    ):
         self._state = state
+        self._forgettable = forgettable
         self._entries: list[FileEntry] | None = None
         self._uris: set[str] = set()
+        self._first = 0
         self._next_segment = 0
         self._staged = 0
+        self.newest_mtime_ns = 0
 
     @property
     def entries(self) -> list[FileEntry]:
+        """The entries kept: the ``first``-th file ever admitted and those after it."""
         if self._entries is None:
             self._entries = [FileEntry(**item) for item in self._load()]
             self._uris = {entry.uri for entry in self._entries}
+            self.newest_mtime_ns = max((e.mtime_ns for e in self._entries), default=0)
         return self._entries
+
+    @property
+    def first(self) -> int:
+        """How many entries compaction forgot: the index of ``entries[0]``."""
+        self.entries  # noqa: B018 - loads the manifest
+        return self._first
+
+    @property
+    def count(self) -> int:
+        """How many files were ever admitted: the index the next one gets."""
+        return self.first + len(self.entries)
+
+    def entry(self, index: int) -> FileEntry | None:
+        """The ``index``-th file ever admitted (not forgotten), None if not admitted yet."""
+        position = index - self.first
+        return self.entries[position] if position < len(self.entries) else None
+
+    def after(self, index: int) -> list[FileEntry]:
+        """The entries from the ``index``-th file ever admitted on."""
+        return self.entries[index - self.first :]
 
     def _load(self) -> list[dict[str, Any]]:
         """The latest compacted file and the segments after it, in order."""
@@ -99,7 +132,14 @@ class FileManifest:
         compacted = self._numbered(self.COMPACT_SUFFIX)
         self._next_segment = max([*segments, *compacted], default=-1) + 1
         base = max(compacted, default=-1)
-        items = self._state.read(self._name(base, self.COMPACT_SUFFIX)) if base >= 0 else []
+        items: list[dict[str, Any]] = []
+        if base >= 0:
+            kept = self._state.read(self._name(base, self.COMPACT_SUFFIX))
+            # Releases before forgetting wrote a plain list: every entry, from the first.
+            if isinstance(kept, list):
+                items = kept
+            else:
+                self._first, items = kept["first"], kept["entries"]
         for number in sorted(n for n in segments if n > base):
             items += self._state.read(self._name(number, self.SUFFIX))
         return items
@@ -120,6 +160,7 @@ class FileManifest:
         the last write, as one segment."""
         self.entries.append(entry)
         self._uris.add(entry.uri)
+        self.newest_mtime_ns = max(self.newest_mtime_ns, entry.mtime_ns)
         self._staged += 1
 
     def flush(self) -> None:
@@ -127,16 +168,30 @@ class FileManifest:
         a planning that admits a hundred files writes once, not a hundred times."""
         if not self._staged:
             return
-        entries = self.entries
         number = self._next_segment
         if (number + 1) % self.COMPACT_EVERY == 0:
-            self._state.write(self._name(number, self.COMPACT_SUFFIX), [asdict(e) for e in entries])
+            self._forget()
+            kept = {"first": self._first, "entries": [asdict(e) for e in self.entries]}
+            self._state.write(self._name(number, self.COMPACT_SUFFIX), kept)
             self._delete_before(number)
         else:
-            new = entries[-self._staged :]
+            new = self.entries[-self._staged :]
             self._state.write(self._name(number, self.SUFFIX), [asdict(e) for e in new])
         self._next_segment = number + 1
         self._staged = 0
+
+    def _forget(self) -> None:
+        """Drop the leading run of entries that may be forgotten, before a compaction."""
+        entries = self.entries
+        forgotten = 0
+        while forgotten < len(entries) and self._forgettable(
+            self._first + forgotten, entries[forgotten]
+        ):
+            forgotten += 1
+        if forgotten:
+            self._uris.difference_update(entry.uri for entry in entries[:forgotten])
+            del entries[:forgotten]
+            self._first += forgotten
 
     def append(self, new: list[FileEntry]) -> None:
         for entry in new:
@@ -347,7 +402,7 @@ class FileChild(ChildSource):
         self.fmt = fmt
         self.glob = glob
         self.state = state
-        self.manifest = FileManifest(state)
+        self.manifest = FileManifest(state, self._forgettable)
         self.schema = schema
         self.rows_per_partition = rows_per_partition
         self.quarantine = quarantine
@@ -375,13 +430,23 @@ class FileChild(ChildSource):
             schema=context.schema,
             rows_per_partition=context.rows_per_partition,
             quarantine=context.quarantine(name),
+            **cls._own_fields(spec),
         )
+
+    @classmethod
+    def _own_fields(cls, spec: Mapping[str, Any]) -> dict[str, Any]:
+        """Constructor arguments from the spec's fields that only this kind of child takes."""
+        return {}
 
     def initial_position(self) -> Position:
         return {"file": 0, "row": 0}
 
     def _discover(self) -> None:
         """Admit files that became available since the last planning, where the child can."""
+
+    def _forgettable(self, index: int, entry: FileEntry) -> bool:
+        """Whether compaction may forget the ``index``-th entry; by default it keeps all."""
+        return False
 
     def _admit(self, listed: ListedFile, index: int) -> FileEntry:
         """The file's manifest entry; with a quarantine, a malformed file is set aside and
@@ -400,11 +465,10 @@ class FileChild(ChildSource):
 
     def _entry(self, index: int) -> FileEntry | None:
         """The ``index``-th admitted file, admitting it first where the child can; else None."""
-        entries = self.manifest.entries
-        return entries[index] if index < len(entries) else None
+        return self.manifest.entry(index)
 
     def _known_files(self) -> int:
-        return len(self.manifest.entries)
+        return self.manifest.count
 
     def _check_state(self, position: Position) -> None:
         """The state must hold what the checkpoint's offsets refer to."""
@@ -418,6 +482,13 @@ class FileChild(ChildSource):
                 f"but its state at {self.state.location} knows {self._known_files()} files: "
                 "the state location was lost or replaced; restore it, or start over with a "
                 "new checkpoint"
+            )
+        if position["file"] < self.manifest.first:
+            raise InputFileError(
+                f"the checkpoint refers to file {position['file']} of child {self.name!r}, "
+                f"but its state at {self.state.location} has forgotten the files before "
+                f"{self.manifest.first}, which Spark had committed: the checkpoint is older "
+                "than the state location; restore both from the same time, or start over"
             )
 
     def plan(self, start: Position, limits: Limits) -> Planned:
@@ -447,20 +518,21 @@ class FileChild(ChildSource):
     def _behind(self, index: int, row: int) -> dict[str, int]:
         """Files after ``end``, and their rows when every one of them is admitted."""
         lag = {"files_behind": self._known_files() - index}
-        entries = self.manifest.entries
-        if len(entries) == self._known_files():
-            lag["rows_behind"] = sum(entry.rows for entry in entries[index:]) - row
+        if self.manifest.count == self._known_files():
+            lag["rows_behind"] = sum(entry.rows for entry in self.manifest.after(index)) - row
         return lag
 
     def partitions(self, start: Position, end: Position) -> list[ReadablePartition]:
+        self._check_state(start)
         self._check_state(end)
-        entries = self.manifest.entries
         slices: list[FileSlice] = []
         index, row = start["file"], start["row"]
-        while (index, row) < (end["file"], end["row"]) and index < len(entries):
-            stop = end["row"] if index == end["file"] else entries[index].rows
+        for entry in self.manifest.after(index):
+            if (index, row) >= (end["file"], end["row"]):
+                break
+            stop = end["row"] if index == end["file"] else entry.rows
             if stop > row:
-                slices.append(FileSlice(entries[index], self.fmt, row, stop))
+                slices.append(FileSlice(entry, self.fmt, row, stop))
             index, row = index + 1, 0
         return self._pack(slices)
 
@@ -509,9 +581,8 @@ class BoundedFiles(FileChild):
         return self._snapshot
 
     def _entry(self, index: int) -> FileEntry | None:
-        entries = self.manifest.entries
-        if index < len(entries):
-            return entries[index]
+        if (entry := self.manifest.entry(index)) is not None:
+            return entry
         snapshot = self.snapshot()
         if index >= len(snapshot):
             return None
@@ -530,13 +601,51 @@ class BoundedFiles(FileChild):
 
 
 class LandingFiles(FileChild):
-    """A directory that files land in, atomically (written elsewhere or hidden, then moved)."""
+    """A directory that files land in, atomically (written elsewhere or hidden, then moved).
+
+    Its manifest would otherwise grow with every file that ever landed. As Spark's file
+    source does with ``maxFileAge``, a listed file modified more than the maximum age before
+    the newest admitted file is taken as seen, so compaction can forget the entries of such
+    files once Spark has committed past them: the manifest, and the planner's memory, then
+    hold the files of the last ``maxFileAge`` (7 days by default, Spark's too).
+    """
 
     kind = "landing"
     bounded = False
+    DEFAULT_MAX_FILE_AGE = "7d"
+
+    def __init__(self, *args: Any, max_file_age_s: float = 7 * 86400.0, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.max_file_age_ns = int(max_file_age_s * 1e9)
+        self._committed_files = 0
+
+    @classmethod
+    def _own_fields(cls, spec: Mapping[str, Any]) -> dict[str, Any]:
+        text = spec_field(spec, "maxFileAge", str, cls.DEFAULT_MAX_FILE_AGE)
+        try:
+            return {"max_file_age_s": parse_duration(text, minimum_s=1.0)}
+        except ValueError as error:
+            raise ChildSpecError(
+                f"child source {spec.get('name')!r}: field 'maxFileAge' = {text!r}: {error}"
+            ) from None
+
+    def _seen_before_ns(self) -> int:
+        """Files modified before this are taken as seen, admitted or not."""
+        return self.manifest.newest_mtime_ns - self.max_file_age_ns
+
+    def _forgettable(self, index: int, entry: FileEntry) -> bool:
+        return index < self._committed_files and entry.mtime_ns < self._seen_before_ns()
+
+    def commit(self, position: Position) -> None:
+        self._committed_files = max(self._committed_files, position["file"])
 
     def _discover(self) -> None:
-        new = [f for f in list_files(self.directory_uri, self.glob) if f.uri not in self.manifest]
+        seen_before = self._seen_before_ns()
+        new = [
+            f
+            for f in list_files(self.directory_uri, self.glob)
+            if f.mtime_ns >= seen_before and f.uri not in self.manifest
+        ]
         new.sort(key=lambda f: (f.mtime_ns, f.uri))
         # Validated before admission, so a malformed file is named and nothing after it moves.
         first = len(self.manifest.entries)

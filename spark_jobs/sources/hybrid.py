@@ -221,6 +221,9 @@ class HybridStreamReader(DataSourceStreamReader):
     def reportLatestOffset(self) -> dict[str, Any] | None:
         return self.latest
 
+    def commit(self, end: dict[str, Any]) -> None:
+        self.children[end["child"]].commit(end["position"])
+
     def stop(self) -> None:
         for child in self.children:
             child.close()

@@ -25,6 +25,7 @@ def test_arguments_and_defaults():
         (["--static-max-rows", "10"], "--static-max-rows needs --static-trigger"),
         (["--conf", "spark.x"], "--conf 'spark.x': expected KEY=VALUE"),
         (["--history-format", "xml"], "invalid choice: 'xml'"),
+        (["--landing-max-file-age", "week"], "--landing-max-file-age: 'week': expected a number"),
     ],
 )
 def test_bad_arguments_are_refused_by_name(capsys, extra, message):
@@ -32,6 +33,11 @@ def test_bad_arguments_are_refused_by_name(capsys, extra, message):
         parse_args([*PATHS, *extra])
     assert exit_.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_the_landing_directory_s_max_file_age():
+    args = parse_args([*PATHS, "--landing-max-file-age", "10min"])
+    assert json.loads(hybrid_children(args))[1]["maxFileAge"] == "10min"
 
 
 def test_a_kafka_topic_as_the_live_phase():

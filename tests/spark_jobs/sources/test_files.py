@@ -27,8 +27,8 @@ def bounded(tmp_path, fmt="parquet", **spec):
     return BoundedFiles.from_spec(spec, context(tmp_path))
 
 
-def landing(tmp_path, fmt="json"):
-    spec = {"name": "landing", "path": str(tmp_path / "landing"), "format": fmt}
+def landing(tmp_path, fmt="json", **spec):
+    spec = {"name": "landing", "path": str(tmp_path / "landing"), "format": fmt, **spec}
     return LandingFiles.from_spec(spec, context(tmp_path))
 
 
@@ -286,6 +286,74 @@ def test_the_landing_manifest_compacts_and_keeps_every_position(tmp_path, monkey
     land(tmp_path / "landing", "10.json", "json", 20, 2, mtime=11)
     assert again.plan(position, Limits()).end == {"file": 11, "row": 0}
     assert "0000000010.manifest.json" in os.listdir(tmp_path / "state" / "landing")
+
+
+def land_and_read(child, tmp_path, files: range, position, *, commit: bool):
+    """Land one two-event file a planning (named and modified at its number, in seconds),
+    read each batch, and tell the child Spark committed it when ``commit``."""
+    for index in files:
+        land(tmp_path / "landing", f"{index}.json", "json", index * 2, 2, mtime=index + 1)
+        end = child.plan(position, Limits()).end
+        assert read_ids(child, position, end) == [index * 2, index * 2 + 1]
+        if commit:
+            child.commit(end)
+        position = end
+    return position
+
+
+def compacted(tmp_path) -> dict:
+    state = tmp_path / "state" / "landing"
+    (name,) = [p for p in state.iterdir() if p.name.endswith(".compact.json")]
+    return json.loads(name.read_text())
+
+
+def test_compaction_forgets_committed_landing_files_older_than_the_max_file_age(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr(FileManifest, "COMPACT_EVERY", 4)
+    child = landing(tmp_path, maxFileAge="5s")
+    position = land_and_read(child, tmp_path, range(10), child.initial_position(), commit=True)
+    # At compaction 7 the newest file was modified at 8 s: files 0 and 1 (1 s, 2 s) are
+    # more than 5 s older and committed; file 2 (3 s) is not older than 5 s.
+    kept = compacted(tmp_path)
+    assert kept["first"] == 2
+    names = [entry["uri"].rsplit("/", 1)[1] for entry in kept["entries"]]
+    assert names == [f"{i}.json" for i in range(2, 8)]
+
+    again = landing(tmp_path, maxFileAge="5s")  # a restart keeps positions absolute
+    assert (again.manifest.first, again.manifest.count) == (2, 10)
+    assert read_ids(again, {"file": 2, "row": 0}, position) == list(range(4, 20))
+    with pytest.raises(InputFileError, match="has forgotten the files before 2"):
+        again.partitions(again.initial_position(), position)
+    # 0.json and 1.json are still in the directory: taken as seen, not admitted again. A file
+    # landing now with an old modification time is taken as seen too (Spark's maxFileAge);
+    # one within the age is admitted.
+    land(tmp_path / "landing", "late.json", "json", 100, 2, mtime=4)
+    land(tmp_path / "landing", "recent.json", "json", 200, 2, mtime=6)
+    end = again.plan(position, Limits()).end
+    assert end == {"file": 11, "row": 0}
+    assert read_ids(again, position, end) == [200, 201]
+
+
+def test_landing_files_are_forgotten_only_once_spark_committed_past_them(tmp_path, monkeypatch):
+    monkeypatch.setattr(FileManifest, "COMPACT_EVERY", 4)
+    child = landing(tmp_path, maxFileAge="1s")
+    land_and_read(child, tmp_path, range(8), child.initial_position(), commit=False)
+    assert compacted(tmp_path)["first"] == 0
+    child.commit({"file": 5, "row": 1})  # file 5 is read in part: it stays
+    land_and_read(child, tmp_path, range(8, 12), {"file": 8, "row": 0}, commit=False)
+    assert compacted(tmp_path)["first"] == 5
+
+
+def test_a_compacted_manifest_of_an_earlier_release_keeps_every_entry(tmp_path, monkeypatch):
+    monkeypatch.setattr(FileManifest, "COMPACT_EVERY", 4)
+    child = landing(tmp_path)
+    position = land_and_read(child, tmp_path, range(4), child.initial_position(), commit=True)
+    (path,) = (tmp_path / "state" / "landing").glob("*.compact.json")
+    path.write_text(json.dumps(compacted(tmp_path)["entries"]))  # the list it used to write
+    again = landing(tmp_path)
+    assert (again.manifest.first, again.manifest.count) == (0, 4)
+    assert read_ids(again, again.initial_position(), position) == list(range(8))
 
 
 def test_two_writers_of_one_manifest_fail_instead_of_overwriting(tmp_path):

@@ -115,6 +115,18 @@ def test_a_hybrid_of_bounded_children_finishes(tmp_path):
     assert ids(source, first, last) == [3, 4, 5]
 
 
+def test_spark_s_commit_reaches_the_child_it_ended_in(data):
+    source = reader(data)
+    landing = source.children[1]
+    assert landing.name == "landing"
+    source.commit({"child": 0, "position": {"file": 1, "row": 0}})
+    assert landing._committed_files == 0
+    source.commit({"child": 1, "position": {"file": 3, "row": 0}})
+    assert landing._committed_files == 3
+    source.commit({"child": 1, "position": {"file": 2, "row": 0}})  # never backwards
+    assert landing._committed_files == 3
+
+
 def test_a_child_may_override_its_backlog_status(data):
     source = reader(data, sources=children(data, landing={"backlog": True}))
     offset = source.initialOffset()
@@ -207,6 +219,14 @@ def test_a_gated_source_without_a_plan_says_where_it_looked(data):
                 '"kind": "landing", "path": "y"}]'
             },
             "names must be unique",
+        ),
+        (
+            {"sources": '[{"name": "a", "kind": "landing", "path": "x", "maxFileAge": "0"}]'},
+            "child source 'a': field 'maxFileAge' = '0': must be at least 1s",
+        ),
+        (
+            {"sources": '[{"name": "a", "kind": "landing", "path": "x", "maxFileAge": "a week"}]'},
+            "field 'maxFileAge' = 'a week': expected a number with a unit",
         ),
         ({"stateLocation": None}, "needs the option 'stateLocation'"),
         ({"maxRowsPerTrigger": "0"}, "'maxRowsPerTrigger' = '0': expected a whole number above 0"),
