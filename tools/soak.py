@@ -32,6 +32,7 @@ from pathlib import Path
 import psutil
 import sqlalchemy as sa
 
+from airflow_provider_backlog.hooks.submit import DRIVER_LOG_LEVEL
 from spark_jobs.backlog.values import duration_argument
 from spark_jobs.jobs.startup import JavaMissing
 from spark_jobs.metrics.schema import (
@@ -444,12 +445,14 @@ def summary(
 
 
 def spark_conf(args: argparse.Namespace, ui_port: int) -> dict[str, str]:
-    """Backlog-aware checkpointing as the benchmark runs it, with the metrics retention, and
-    the UI on (as in production) serving the JVM's heap; then ``--conf``."""
+    """Backlog-aware checkpointing as the benchmark runs it, with the metrics retention, the
+    log level the provider launches with, and the UI on (as in production) serving the JVM's
+    heap; then ``--conf``."""
     conf = {
         "spark.backlog.checkpointing.interval": args.interval,
         "spark.backlog.checkpointing.interval-during-backlog": "30s",
         "spark.backlog.metrics.retention": args.retention,
+        "spark.log.level": DRIVER_LOG_LEVEL,
         "spark.ui.enabled": "true",
         "spark.ui.port": str(ui_port),
         "spark.metrics.conf.driver.source.jvm.class": "org.apache.spark.metrics.source.JvmSource",
@@ -467,6 +470,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--every", type=duration_argument, default=5.0, help="sample period")
     parser.add_argument("--interval", default="1s", help="the live checkpoint interval")
     parser.add_argument("--retention", default="1h", help="spark.backlog.metrics.retention")
+    parser.add_argument(
+        "--max-file-age", default="10min", help="the landing directory's maxFileAge"
+    )
     parser.add_argument(
         "--conf", action="append", default=[], metavar="KEY=VALUE", help="more Spark conf"
     )
@@ -496,7 +502,12 @@ def main(argv: list[str] | None = None) -> int:
         workspace.metrics_url,
         spark_conf(args, ui_port),
         # The run's own limit, well after the soak's end (the last one given wins).
-        ["--timeout", f"{round(60 * args.minutes) + 600}s"],
+        [
+            "--timeout",
+            f"{round(60 * args.minutes) + 600}s",
+            "--landing-max-file-age",
+            args.max_file_age,
+        ],
     )
     sampler = Sampler(run, workspace.root / "metrics.db", ui_port, args.every, args.minutes)
     say(

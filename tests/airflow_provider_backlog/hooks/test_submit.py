@@ -285,6 +285,12 @@ def test_the_driver_gets_none_of_airflows_secrets_but_what_env_vars_names(local_
         assert env["AIRFLOW_VAR_REGION"] == "eu-west-1" and env["KAFKA_PASSWORD"] == "k"
 
 
+def test_drivers_log_at_warn_unless_the_profile_says_otherwise(local_spark):
+    assert conf_of(hook().submit_command("app.py"))["spark.log.level"] == "WARN"
+    own = PhaseProfile("2s", conf={"spark.log.level": "INFO"})
+    assert conf_of(hook(profile=own).submit_command("app.py"))["spark.log.level"] == "INFO"
+
+
 def test_spark_redacts_our_secrets_unless_the_profile_says_otherwise(local_spark):
     conf = conf_of(hook().submit_command("app.py"))
     assert conf["spark.redaction.regex"] == SPARK_REDACTION_REGEX
