@@ -47,6 +47,7 @@ from spark_jobs.coordinator.coordinator import (
 from spark_jobs.coordinator.listener import ProgressListener
 from spark_jobs.coordinator.plan_graph import SharedSourceName, operator_graph
 from spark_jobs.coordinator.progress import BatchProgress
+from spark_jobs.coordinator.spark_logging import quiet_trigger_warnings
 from spark_jobs.metrics import history
 from spark_jobs.metrics.journal import MetricsJournal
 from spark_jobs.metrics.lease import LeaseKeeper, LeaseLost, LeaseStore
@@ -219,6 +220,7 @@ class BacklogRuntime:
         graph = _query_graph(writer)
         applier = SourceGatedApplier(self._channel, self.config, _gated_sources(graph))
         self._coordinate(applier, graph=graph).start()
+        quiet_trigger_warnings(self.spark)
         return self._start(
             writer.trigger(processingTime=processing_time(trigger_tick_s(self.config)))
         )
