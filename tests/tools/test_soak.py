@@ -119,10 +119,12 @@ def test_a_short_soak_reports_every_series_and_keeps_the_retained_ones_flat(
     assert report["batches"] >= 5, report
     assert report["load_average_1min"] is not None
     series = report["series"]
-    # Spark's offset and commit logs, the metrics journal, and the metrics tables but
+    # Spark's offset and commit logs, the metrics journal, the metrics tables but
     # backlog_checkpoints (which the retention, at least an hour, cannot thin in two
-    # minutes: one row a batch, no more).
-    for key in ("checkpoint_files", "journal_files", "transition_rows", "lease_rows"):
+    # minutes: one row a batch, no more), and the driver's log at the level the provider
+    # launches with (at INFO it grew by ~45 KiB a batch).
+    bounded = ("checkpoint_files", "journal_files", "transition_rows", "lease_rows")
+    for key in (*bounded, "driver_log_bytes"):
         assert series[key]["bounded"], (key, series[key])
     assert series["checkpoint_rows"]["last"] == report["batches"]
     assert (tmp_path / "soak.png").stat().st_size > 0
