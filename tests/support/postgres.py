@@ -11,10 +11,12 @@ import glob
 import os
 import pwd
 import re
+import shlex
 import shutil
 import socket
 import subprocess
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 from tests.support.prerequisites import missing
@@ -25,6 +27,8 @@ INSTALL_HINT = (
     "(scripts/install-test-tools installs it) to run these tests"
 )
 _TOOLS = ("initdb", "pg_ctl", "createdb")
+#: Settings for a server whose changes can be read through logical replication slots.
+LOGICAL_DECODING = {"wal_level": "logical", "max_replication_slots": "10", "max_wal_senders": "10"}
 
 
 def _version_key(bin_dir: str) -> tuple[int, ...]:
@@ -56,11 +60,19 @@ class PostgresServer:
 
     ``stop()`` keeps the cluster so ``start()`` brings the same server back on the same port;
     ``close()`` (or leaving the ``with`` block) stops it and deletes everything.
+    ``settings`` are server settings (``-c name=value``, such as ``LOGICAL_DECODING``) given
+    after the test server's own, so they may also override those (``synchronous_commit``).
     """
 
-    def __init__(self, database: str = "metrics", user: str = "postgres"):
+    def __init__(
+        self,
+        database: str = "metrics",
+        user: str = "postgres",
+        settings: Mapping[str, str] | None = None,
+    ):
         self.database = database
         self.user = user
+        self.settings = dict(settings or {})
         self.port = 0
         self.running = False
         self._base: Path | None = None
@@ -107,7 +119,9 @@ class PostgresServer:
             str(self.log_path),
             "-o",
             f"-k {self._run_dir} -p {self.port} -c listen_addresses=127.0.0.1 "
-            "-c fsync=off -c synchronous_commit=off -c full_page_writes=off",
+            "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+            # pg_ctl hands these to a shell.
+            + "".join(f" -c {shlex.quote(f'{k}={v}')}" for k, v in self.settings.items()),
         )
         self.running = True
         if first:

@@ -1,0 +1,1 @@
+"""Change data capture from PostgreSQL through a logical replication slot, without Spark."""

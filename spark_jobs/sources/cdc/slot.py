@@ -1,0 +1,204 @@
+"""A logical replication slot, read through PostgreSQL's SQL slot functions only.
+
+Peeking (``pg_logical_slot_peek_binary_changes``) reads changes without consuming them, so
+a batch replays the same rows until it is committed; the slot moves only when told to
+(``pg_replication_slot_advance``), to the end of a transaction an offset stored. A
+walsender connection would confirm positions as it streams instead. Every statement runs
+on an AUTOCOMMIT connection, as the slot functions need: creating a slot inside a
+transaction that has written is refused, and an open one would hold back the server.
+
+The changes are decoded by the calling connection's backend, with its settings, so each
+connection first sets those that shape the text of values to what ``values.py`` reads.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, NamedTuple
+
+import sqlalchemy
+from sqlalchemy import text
+from sqlalchemy.engine import make_url
+
+from spark_jobs.backlog.secrets import redact_text
+from spark_jobs.metrics.schema import _installed_postgres_driver
+from spark_jobs.sources.cdc.lsn import format_lsn, parse_lsn
+
+PLUGIN = "pgoutput"
+#: PostgreSQL's rule for slot names, applied to the publication's name too, so both can go
+#: into statements and options without quoting.
+_NAME = re.compile(r"[a-z0-9_]{1,63}")
+_SETTINGS = text(
+    "SELECT set_config('DateStyle', 'ISO', false), set_config('TimeZone', 'UTC', false), "
+    "set_config('bytea_output', 'hex', false), set_config('extra_float_digits', '1', false)"
+)
+
+
+class SlotError(RuntimeError):
+    """The server or the slot cannot serve changes; the message names the setting or state."""
+
+
+class PeekedRow(NamedTuple):
+    """One row of a peek: ``lsn`` is the message's (for a Commit, its end), ``xid`` 32-bit."""
+
+    lsn: int
+    xid: int
+    data: bytes
+
+
+class ReplicationSlot:
+    """A ``pgoutput`` slot and the publication of one table, in the database of ``url``."""
+
+    def __init__(self, url: str, slot: str, publication: str, table: str):
+        for what, name in (("slot", slot), ("publication", publication)):
+            if not _NAME.fullmatch(name):
+                raise ValueError(
+                    f"{what} name {name!r}: use 1 to 63 lower-case letters, digits and underscores"
+                )
+        self.slot = slot
+        self.publication = publication
+        self.table = table
+        #: Where the slot lives, for messages: the URL without its password.
+        self.where = redact_text(url)
+        # A URL without a driver: whichever of psycopg and psycopg2 is installed, as the
+        # metrics database's. No statement timeout: creating a slot waits for transactions.
+        self._engine = sqlalchemy.create_engine(
+            _installed_postgres_driver(make_url(url)),
+            isolation_level="AUTOCOMMIT",
+            pool_pre_ping=True,
+        )
+
+    def ensure(self) -> None:
+        """Check that the server can decode, then create the publication and the slot if
+        missing. Creating a slot waits for the transactions in progress to end: its first
+        change is the first to commit after them."""
+        with self._connection() as connection:
+            level = connection.execute(text("SHOW wal_level")).scalar_one()
+            if level != "logical":
+                raise SlotError(
+                    f"wal_level is {level!r} on {self.where}; reading changes needs "
+                    "wal_level = logical (set it in postgresql.conf and restart the server)"
+                )
+            published = connection.execute(
+                text("SELECT 1 FROM pg_publication WHERE pubname = :publication"),
+                {"publication": self.publication},
+            ).first()
+            if published is None:
+                connection.execute(
+                    text(f"CREATE PUBLICATION {self.publication} FOR TABLE {self._table()}")
+                )
+            existing = connection.execute(
+                text(
+                    "SELECT plugin, database, current_database() AS here "
+                    "FROM pg_replication_slots WHERE slot_name = :slot"
+                ),
+                {"slot": self.slot},
+            ).first()
+            if existing is None:
+                connection.execute(
+                    text("SELECT pg_create_logical_replication_slot(:slot, :plugin)"),
+                    {"slot": self.slot, "plugin": PLUGIN},
+                )
+            elif (existing.plugin, existing.database) != (PLUGIN, existing.here):
+                raise SlotError(
+                    f"replication slot {self.slot!r} on {self.where} exists with plugin "
+                    f"{existing.plugin!r} in database {existing.database!r}; expected "
+                    f"{PLUGIN!r} in {existing.here!r}: choose another slot name"
+                )
+
+    def peek(
+        self, upto_nchanges: int | None = None, upto_lsn: int | None = None
+    ) -> list[PeekedRow]:
+        """The messages after the slot's position, without consuming them: until the slot is
+        advanced, the same bounds return the same rows. Both bounds end at a transaction's
+        end: ``upto_nchanges`` once that many rows are out, ``upto_lsn`` with the last
+        transaction that ends at or before it. None: no bound. Only WAL the server has
+        flushed is decoded: under ``synchronous_commit = off`` a commit shows up to a few
+        ``wal_writer_delay`` after it returned."""
+        if upto_nchanges is not None and upto_nchanges < 1:
+            raise ValueError(f"upto_nchanges = {upto_nchanges!r}: expected None or at least 1")
+        statement = text(
+            "SELECT lsn::text AS lsn, xid::text::bigint AS xid, data "
+            "FROM pg_logical_slot_peek_binary_changes(:slot, CAST(:upto_lsn AS pg_lsn), "
+            "CAST(:upto_nchanges AS integer), 'proto_version', '1', "
+            "'publication_names', :publication)"
+        )
+        bounds = {
+            "slot": self.slot,
+            "publication": self.publication,
+            "upto_lsn": None if upto_lsn is None else format_lsn(upto_lsn),
+            "upto_nchanges": upto_nchanges,
+        }
+        with self._connection() as connection:
+            rows = connection.execute(statement, bounds).all()
+        return [PeekedRow(parse_lsn(row.lsn), row.xid, bytes(row.data)) for row in rows]
+
+    def advance(self, lsn: int) -> int:
+        """Consume every transaction that ends at or before ``lsn`` (a Commit's end LSN: a
+        position inside a commit record drops that transaction); returns the new position,
+        which the server caps at what it has flushed."""
+        with self._connection() as connection:
+            moved_to = connection.execute(
+                text(
+                    "SELECT end_lsn::text "
+                    "FROM pg_replication_slot_advance(:slot, CAST(:lsn AS pg_lsn))"
+                ),
+                {"slot": self.slot, "lsn": format_lsn(lsn)},
+            ).scalar_one()
+        return parse_lsn(moved_to)
+
+    def confirmed_flush_lsn(self) -> int:
+        """Where the next peek starts: the position last advanced to."""
+        return parse_lsn(self._state()["confirmed_flush_lsn"])
+
+    def wal_status(self) -> str:
+        """Whether the server still keeps the WAL the slot needs: 'reserved', 'extended' or
+        'unreserved' (at risk); a lost slot is an error."""
+        return self._state()["wal_status"]
+
+    def drop(self) -> None:
+        """Remove the slot and the publication, if there; the slot must not be in use."""
+        with self._connection() as connection:
+            connection.execute(
+                text(
+                    "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                    "WHERE slot_name = :slot"
+                ),
+                {"slot": self.slot},
+            )
+            connection.execute(text(f"DROP PUBLICATION IF EXISTS {self.publication}"))
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+    def _state(self) -> dict[str, Any]:
+        with self._connection() as connection:
+            row = connection.execute(
+                text(
+                    "SELECT confirmed_flush_lsn::text, wal_status FROM pg_replication_slots "
+                    "WHERE slot_name = :slot"
+                ),
+                {"slot": self.slot},
+            ).first()
+        if row is None:
+            raise SlotError(f"no replication slot {self.slot!r} on {self.where}")
+        if row.wal_status == "lost":
+            raise SlotError(
+                f"replication slot {self.slot!r} on {self.where} has wal_status 'lost': the "
+                "server removed WAL it had not decoded (max_slot_wal_keep_size), so changes "
+                "are missing; drop the slot and read the table afresh"
+            )
+        return dict(row._mapping)
+
+    def _table(self) -> str:
+        """``table`` or ``schema.table``, each part quoted as PostgreSQL needs."""
+        quote = self._engine.dialect.identifier_preparer.quote
+        return ".".join(quote(part) for part in self.table.split("."))
+
+    @contextmanager
+    def _connection(self) -> Iterator[sqlalchemy.Connection]:
+        with self._engine.connect() as connection:
+            connection.execute(_SETTINGS)
+            yield connection

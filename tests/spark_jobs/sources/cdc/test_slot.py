@@ -1,0 +1,296 @@
+"""The slot client and the decoder against a real PostgreSQL with wal_level = logical."""
+
+import itertools
+import secrets
+import string
+import time
+import uuid
+from datetime import UTC, date, datetime
+from decimal import Decimal
+
+import pytest
+import sqlalchemy
+from sqlalchemy import text
+
+from spark_jobs.metrics.schema import make_engine
+from spark_jobs.sources.cdc.changes import RelationCache, Transaction, transactions
+from spark_jobs.sources.cdc.messages import UNCHANGED, Begin, Commit
+from spark_jobs.sources.cdc.pgoutput import decode
+from spark_jobs.sources.cdc.slot import ReplicationSlot, SlotError
+from spark_jobs.sources.cdc.values import typed_row
+from tests.support.postgres import LOGICAL_DECODING, PostgresServer
+
+_tables = itertools.count()
+#: Random letters and digits do not compress, and 12,000 of them are well past the 2 kB at
+#: which PostgreSQL moves a value out of line.
+BIG = "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(12_000))
+
+
+@pytest.fixture
+def database(logical_server):
+    engine = make_engine(logical_server.url)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def table(database):
+    name = f"accounts_{next(_tables)}"
+    with database.begin() as connection:
+        connection.execute(text(f"CREATE TABLE {name} (id int PRIMARY KEY, name text, notes text)"))
+        connection.execute(text(f"ALTER TABLE {name} ALTER COLUMN notes SET STORAGE EXTERNAL"))
+    return name
+
+
+@pytest.fixture
+def slot(logical_server, table):
+    slot = ReplicationSlot(logical_server.url, f"slot_{table}", f"pub_{table}", table)
+    slot.ensure()
+    yield slot
+    slot.drop()
+    slot.close()
+
+
+def autocommit(url: str) -> sqlalchemy.Engine:
+    return make_engine(url).execution_options(isolation_level="AUTOCOMMIT")
+
+
+def write(database, *statements: str, **params) -> int:
+    """Run ``statements`` as one transaction; returns its 32-bit xid, as decoding sees it."""
+    with database.begin() as connection:
+        for statement in statements:
+            connection.execute(text(statement), params)
+        return connection.execute(text("SELECT pg_current_xact_id()::xid::text::bigint")).scalar()
+
+
+def read(slot, **bounds) -> list[Transaction]:
+    return transactions((decode(row.data) for row in slot.peek(**bounds)), RelationCache())
+
+
+def rows_of(transaction: Transaction) -> list[tuple]:
+    return [(change.operation, change.new, change.old) for change in transaction.changes]
+
+
+def test_inserts_updates_and_deletes_decode_to_the_exact_rows(slot, table, database):
+    inserted = write(
+        database,
+        f"INSERT INTO {table} VALUES (1, 'a', :big), (2, 'b', NULL), (3, 'c', 'short')",
+        big=BIG,
+    )
+    renamed = write(database, f"UPDATE {table} SET name = 'A' WHERE id = 1")
+    moved = write(database, f"UPDATE {table} SET id = 20 WHERE id = 2")
+    deleted = write(database, f"DELETE FROM {table} WHERE id = 3")
+
+    found = read(slot)
+
+    assert [t.xid for t in found] == [inserted, renamed, moved, deleted]
+    assert [rows_of(t) for t in found] == [
+        [
+            ("insert", {"id": "1", "name": "a", "notes": BIG}, None),
+            ("insert", {"id": "2", "name": "b", "notes": None}, None),
+            ("insert", {"id": "3", "name": "c", "notes": "short"}, None),
+        ],
+        # The TOASTed value the update left alone is not sent again.
+        [("update", {"id": "1", "name": "A", "notes": UNCHANGED}, None)],
+        # A new primary key carries the old one.
+        [("update", {"id": "20", "name": "b", "notes": None}, {"id": "2"})],
+        [("delete", None, {"id": "3"})],
+    ]
+    assert {t.changes[0].relation.qualified_name for t in found} == {f"public.{table}"}
+
+
+def test_a_transactions_end_is_its_commit_rows_lsn_and_times_are_utc(slot, table, database):
+    write(database, f"INSERT INTO {table} VALUES (1, 'a', NULL)")
+    with database.connect() as connection:
+        before = connection.execute(text("SELECT now()")).scalar()
+    write(database, f"INSERT INTO {table} VALUES (2, 'b', NULL)")
+
+    rows = slot.peek()
+    messages = [decode(row.data) for row in rows]
+    commits = [(row.lsn, m) for row, m in zip(rows, messages, strict=True) if isinstance(m, Commit)]
+    found = transactions(messages, RelationCache())
+
+    assert [t.end_lsn for t in found] == [lsn for lsn, _ in commits]
+    assert all(commit.commit_lsn < commit.end_lsn for _, commit in commits)
+    assert found[0].commit_time < before < found[1].commit_time
+    assert found[1].commit_time.tzinfo is UTC
+
+
+def test_values_read_as_their_columns_types_whatever_the_databases_settings(logical_server):
+    # Decoding runs with the peeking connection's settings: the slot's own must win over these.
+    admin = autocommit(logical_server.url)
+    with admin.connect() as connection:
+        connection.execute(text("CREATE DATABASE odd"))
+        for setting in (
+            "DateStyle = 'SQL, DMY'",
+            "TimeZone = 'Asia/Kolkata'",
+            "bytea_output = 'escape'",
+            "extra_float_digits = 0",
+        ):
+            connection.execute(text(f"ALTER DATABASE odd SET {setting}"))
+    admin.dispose()
+    url = logical_server.url.rsplit("/", 1)[0] + "/odd"
+    database = make_engine(url)
+    with database.begin() as connection:
+        connection.execute(
+            text(
+                "CREATE TABLE typed (id bigint PRIMARY KEY, ok bool, small int2, ratio float8, "
+                "price numeric(12, 2), day date, at timestamp, at_tz timestamptz, tag uuid, "
+                "raw bytea, doc jsonb, code char(4), label varchar(10))"
+            )
+        )
+    slot = ReplicationSlot(url, "slot_typed", "pub_typed", "public.typed")
+    slot.ensure()
+    try:
+        write(
+            database,
+            "INSERT INTO typed VALUES (9007199254740993, true, -7, 0.30000000000000004, 12.5, "
+            "'2026-11-25', '2026-11-25 12:34:56.789012', '2026-11-25 18:04:56.5+05:30', "
+            "'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '\\x00ff', '{\"b\": [1, 2]}', 'ab', 'xyz')",
+        )
+        (transaction,) = read(slot)
+        (change,) = transaction.changes
+        assert typed_row(change.relation, change.new) == {
+            "id": 9007199254740993,
+            "ok": True,
+            "small": -7,
+            "ratio": 0.30000000000000004,
+            "price": Decimal("12.50"),
+            "day": date(2026, 11, 25),
+            "at": datetime(2026, 11, 25, 12, 34, 56, 789012),
+            "at_tz": datetime(2026, 11, 25, 12, 34, 56, 500000, tzinfo=UTC),
+            "tag": uuid.UUID("a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"),
+            "raw": b"\x00\xff",
+            "doc": '{"b": [1, 2]}',
+            "code": "ab  ",
+            "label": "xyz",
+        }
+    finally:
+        slot.drop()
+        slot.close()
+        database.dispose()
+
+
+def test_peeking_twice_with_the_same_bounds_returns_the_same_rows(slot, table, database):
+    write(database, f"INSERT INTO {table} VALUES (1, 'a', NULL)")
+    write(database, f"UPDATE {table} SET name = 'b' WHERE id = 1")
+    first = slot.peek()
+    end = read(slot)[-1].end_lsn
+
+    write(database, f"INSERT INTO {table} VALUES (2, 'c', NULL)")
+
+    assert slot.peek(upto_lsn=end) == first
+    assert slot.peek(upto_nchanges=len(first)) == first
+    assert len(slot.peek()) > len(first)
+
+
+def test_after_advancing_to_a_transactions_end_the_next_peek_starts_at_the_next(
+    slot, table, database
+):
+    write(database, f"INSERT INTO {table} VALUES (1, 'a', NULL)")
+    second = write(database, f"INSERT INTO {table} VALUES (2, 'b', NULL)")
+    before = read(slot)
+
+    assert slot.advance(before[0].end_lsn) == before[0].end_lsn
+    assert slot.confirmed_flush_lsn() == before[0].end_lsn
+
+    first_row = decode(slot.peek()[0].data)
+    assert isinstance(first_row, Begin) and first_row.xid == second
+    assert read(slot) == before[1:]
+
+
+def test_a_change_limit_never_splits_a_transaction(slot, table, database):
+    write(database, *(f"INSERT INTO {table} VALUES ({i}, 'a', NULL)" for i in range(5)))
+    write(database, f"INSERT INTO {table} VALUES (5, 'b', NULL)")
+
+    rows = slot.peek(upto_nchanges=1)
+    (whole,) = transactions((decode(row.data) for row in rows), RelationCache())
+    assert len(whole.changes) == 5
+    assert isinstance(decode(rows[-1].data), Commit)
+
+    assert [len(t.changes) for t in read(slot, upto_nchanges=len(rows) + 1)] == [5, 1]
+
+
+def test_a_new_slot_reports_reserved_wal(slot):
+    assert slot.wal_status() == "reserved"
+
+
+def test_drop_leaves_no_slot_and_no_publication(logical_server, table, database):
+    slot = ReplicationSlot(logical_server.url, "slot_dropped", "pub_dropped", table)
+    slot.ensure()
+    slot.drop()
+    slot.drop()
+    slot.close()
+    with database.connect() as connection:
+        assert not connection.execute(
+            text("SELECT slot_name FROM pg_replication_slots WHERE slot_name = 'slot_dropped'")
+        ).all()
+        assert not connection.execute(
+            text("SELECT pubname FROM pg_publication WHERE pubname = 'pub_dropped'")
+        ).all()
+    with pytest.raises(SlotError, match="no replication slot 'slot_dropped'"):
+        slot.confirmed_flush_lsn()
+
+
+def test_a_server_without_logical_wal_is_refused_by_name_without_the_password(postgres_server):
+    postgres_server.start()
+    url = postgres_server.url.replace("postgres@", "postgres:s3cret-pw@")
+    slot = ReplicationSlot(url, "slot_replica", "pub_replica", "anything")
+    with pytest.raises(
+        SlotError, match=r"wal_level is 'replica' on .*wal_level = logical"
+    ) as error:
+        slot.ensure()
+    slot.close()
+    assert "s3cret-pw" not in str(error.value)
+    assert "postgres:*****@" in str(error.value)
+
+
+def test_a_slot_with_another_plugin_is_refused(logical_server, table, database):
+    with database.execution_options(isolation_level="AUTOCOMMIT").connect() as connection:
+        connection.execute(
+            text("SELECT pg_create_logical_replication_slot('slot_other', 'test_decoding')")
+        )
+    slot = ReplicationSlot(logical_server.url, "slot_other", "pub_other", table)
+    try:
+        with pytest.raises(SlotError, match="exists with plugin 'test_decoding'"):
+            slot.ensure()
+    finally:
+        slot.drop()
+        slot.close()
+
+
+@pytest.mark.parametrize("name", ["Slot", "slot-1", "", "s" * 64])
+def test_a_name_postgresql_would_refuse_is_named(name):
+    with pytest.raises(ValueError, match=r"slot name .*lower-case letters"):
+        ReplicationSlot("postgresql://u@localhost/db", name, "pub", "t")
+
+
+def test_a_slot_whose_wal_was_removed_is_an_error():
+    with PostgresServer(
+        database="shop",
+        settings={**LOGICAL_DECODING, "max_slot_wal_keep_size": "1MB"},
+    ) as server:
+        engine = autocommit(server.url)
+        slot = ReplicationSlot(server.url, "slot_lost", "pub_lost", "t")
+        try:
+            with engine.connect() as connection:
+                connection.execute(text("CREATE TABLE t (id serial PRIMARY KEY)"))
+                slot.ensure()
+                assert slot.wal_status() == "reserved"
+                deadline = time.monotonic() + 30
+                while (
+                    time.monotonic() < deadline
+                    and connection.execute(
+                        text("SELECT wal_status FROM pg_replication_slots")
+                    ).scalar()
+                    != "lost"
+                ):
+                    for _ in range(3):  # past 1 MB of WAL: segments are 16 MB
+                        connection.execute(text("INSERT INTO t DEFAULT VALUES"))
+                        connection.execute(text("SELECT pg_switch_wal()"))
+                    connection.execute(text("CHECKPOINT"))
+            with pytest.raises(SlotError, match=r"has wal_status 'lost'.*max_slot_wal_keep_size"):
+                slot.wal_status()
+        finally:
+            slot.close()
+            engine.dispose()
