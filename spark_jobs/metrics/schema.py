@@ -327,7 +327,7 @@ def _sqlite_pragmas(dbapi_connection: object, _record: object) -> None:
         cursor.close()
 
 
-def _installed_postgres_driver(url: sqlalchemy.URL) -> sqlalchemy.URL:
+def installed_postgres_driver(url: sqlalchemy.URL) -> sqlalchemy.URL:
     """Pick an installed driver for a plain ``postgresql://`` URL.
 
     SQLAlchemy 2.1 made psycopg 3 the default, 2.0 used psycopg2; the Spark extra installs
@@ -405,7 +405,7 @@ def make_engine(url: str) -> sqlalchemy.Engine:
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
     if backend == "postgresql":
-        parsed = _installed_postgres_driver(parsed)
+        parsed = installed_postgres_driver(parsed)
         connect_args: dict[str, object] = {}
         if parsed.get_driver_name() in ("psycopg2", "psycopg"):
             connect_args = {

@@ -23,7 +23,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
 from spark_jobs.backlog.secrets import redact_text
-from spark_jobs.metrics.schema import _installed_postgres_driver
+from spark_jobs.metrics.schema import installed_postgres_driver
 from spark_jobs.sources.cdc.lsn import format_lsn, parse_lsn
 
 PLUGIN = "pgoutput"
@@ -65,7 +65,7 @@ class ReplicationSlot:
         # A URL without a driver: whichever of psycopg and psycopg2 is installed, as the
         # metrics database's. No statement timeout: creating a slot waits for transactions.
         self._engine = sqlalchemy.create_engine(
-            _installed_postgres_driver(make_url(url)),
+            installed_postgres_driver(make_url(url)),
             isolation_level="AUTOCOMMIT",
             pool_pre_ping=True,
         )
