@@ -116,10 +116,11 @@ class TableShape:
     def chunk_query(self, bounded: bool) -> sqlalchemy.TextClause:
         """At most ``:limit`` rows in key order, after the key ``:k0, :k1, ...`` if
         ``bounded``; every value as its text, for ``typed_row``."""
-        key = ", ".join(column.sql for column in self.key_columns)
+        # Qualified: an output column (the text) of the same name would order by text.
+        key = ", ".join(f"t.{column.sql}" for column in self.key_columns)
         after = ", ".join(f"CAST(:k{i} AS {c.type_name})" for i, c in enumerate(self.key_columns))
         return text(
-            f"SELECT {', '.join(f'{c.sql}::text' for c in self.columns)} FROM {self.name} "
+            f"SELECT {', '.join(f't.{c.sql}::text' for c in self.columns)} FROM {self.name} t "
             f"{f'WHERE ({key}) > ({after}) ' if bounded else ''}ORDER BY {key} LIMIT :limit"
         )
 
