@@ -16,9 +16,10 @@ be harmless, as a key's writes are serialized by its row lock, but is not needed
 
 - low watermark: ``pg_current_wal_insert_lsn()`` just before the read's transaction. The slot
   must not be past it, or the peek would miss what the read did not see.
-- high watermark: ``pg_current_wal_insert_lsn()`` just after the read, in a transaction that
-  commits with ``synchronous_commit = on``, flushing the WAL past it (peeks decode flushed
-  WAL only). Every commit the read saw ends before it.
+- high watermark: the end of a logical message (which pgoutput does not send) written just
+  after the read, in a transaction that commits with ``synchronous_commit = on``: having
+  written WAL, its commit flushes the WAL past the watermark (peeks decode flushed WAL only,
+  and asynchronous commits wait for the WAL writer). Every commit the read saw ends before it.
 - ``as_of``: the high watermark is rarely a commit's end, and advancing the slot inside a
   commit record drops that transaction. So a chunk also keeps the end of the last transaction
   peeked that ends by its high watermark (all are in the image), or the slot's position if
@@ -223,6 +224,6 @@ class ChunkReader:
             connection.execute(text("SET LOCAL synchronous_commit = on"))
             return parse_lsn(
                 connection.execute(
-                    text("SELECT pg_current_wal_insert_lsn()::text FROM pg_current_xact_id()")
+                    text("SELECT pg_logical_emit_message(true, 'cdc', 'high watermark')::text")
                 ).scalar()
             )

@@ -271,8 +271,10 @@ def test_writes_during_the_read_are_merged_into_the_chunk(reader, table, databas
             f"DELETE FROM {table} WHERE id BETWEEN 120 AND 140",
             f"INSERT INTO {table} VALUES (151, 1, 'odd')",
         ],
-        # After the read, before the high watermark: the merge must apply these.
+        # After the read, before the high watermark: the merge must apply these, though
+        # committed without waiting for the WAL to be flushed.
         "read": [
+            "SET LOCAL synchronous_commit = off",
             f"{bump} WHERE id BETWEEN 50 AND 200",
             f"DELETE FROM {table} WHERE id BETWEEN 300 AND 320",
             f"{bump}, id = 6001 WHERE id = 400",  # out of the chunk
