@@ -1,6 +1,8 @@
 """Chunks of a table's snapshot: the merge by key alone, then against a real PostgreSQL."""
 
 import itertools
+import threading
+import time
 from datetime import UTC, datetime
 
 import pytest
@@ -337,3 +339,52 @@ def test_a_slot_advanced_past_the_low_watermark_is_refused(reader, slot, table, 
     with pytest.raises(SlotError, match=r"past the low watermark .* of a chunk of public\.items"):
         reader.next_chunk(None, 10, str(tmp_path / "c.arrow"), advance_meanwhile)
     assert not (tmp_path / "c.arrow").exists()
+
+
+def test_a_commit_written_before_the_low_watermark_but_not_yet_visible_is_merged(
+    reader, table, database, tmp_path
+):
+    """A commit's WAL record comes before its visibility. Synchronous replication to a standby
+    that never answers holds a commit between the two, so its end is before the low watermark
+    while the read cannot see it: a merge of (low, high] alone would lose it."""
+    admin = database.execution_options(isolation_level="AUTOCOMMIT")
+
+    def standby(names: str) -> None:
+        with admin.connect() as connection:
+            connection.execute(text(f"ALTER SYSTEM SET synchronous_standby_names = '{names}'"))
+            connection.execute(text("SELECT pg_reload_conf()"))
+
+    def waits_for_the_standby(committer: threading.Thread) -> bool:
+        with admin.connect() as connection:
+            while committer.is_alive():
+                if connection.execute(
+                    text("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'")
+                ).scalar():
+                    return True
+                time.sleep(0.01)
+        return False
+
+    def release(step: str) -> None:
+        if step == "read":
+            standby("")
+            committer.join(10)
+
+    standby("nobody")
+    deadline = time.monotonic() + 10
+    try:
+        # Until the server has taken the setting in, a commit does not wait: commit again.
+        while True:
+            committer = threading.Thread(
+                target=write, args=(database, f"UPDATE {table} SET version = version + 1")
+            )
+            committer.start()
+            if waits_for_the_standby(committer):
+                break
+            assert time.monotonic() < deadline, "no commit waited for the standby"
+        chunk = reader.next_chunk(None, 10, str(tmp_path / "c.arrow"), release)
+    finally:
+        standby("")
+        committer.join(10)
+    with database.connect() as connection:
+        expected = connection.execute(text(f"SELECT version FROM {table} WHERE id = 2")).scalar()
+    assert read_chunk(chunk.path).to_pylist()[0]["version"] == expected > 1
