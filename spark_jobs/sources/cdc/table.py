@@ -10,7 +10,8 @@ compared both ways would put a row in no chunk or in two. Every key column is ch
 only the first, because the merge compares whole keys.
 
 A table without a primary key has no key to chunk on (and its updates and deletes carry no
-key, unless under REPLICA IDENTITY FULL): it is refused.
+key, unless under REPLICA IDENTITY FULL): it is refused, as is a replica identity that is
+neither the primary key nor FULL, since changes must name the key of the row they change.
 
 The described table also gives its rows one form, whether read by a query or decoded from a
 change: each value read from its text by ``values.typed``, and as Arrow arrays.
@@ -163,7 +164,9 @@ class TableShape:
 
 
 _RELATION = text(
-    "SELECT c.oid, c.relkind, quote_ident(n.nspname) || '.' || quote_ident(c.relname) AS name "
+    "SELECT c.oid, c.relkind, quote_ident(n.nspname) || '.' || quote_ident(c.relname) AS name, "
+    "c.relreplident, (SELECT i.indexrelid::regclass::text FROM pg_index i "
+    "  WHERE i.indrelid = c.oid AND i.indisreplident AND NOT i.indisprimary) AS other_index "
     "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
     "WHERE c.oid = to_regclass(:name)"
 )
@@ -204,6 +207,12 @@ def describe_table(engine: sqlalchemy.Engine, table: str) -> TableShape:
         raise TableError(
             f"table {found.name} has no primary key; reading it in chunks needs one "
             f"(ALTER TABLE {found.name} ADD PRIMARY KEY (...))"
+        )
+    if found.relreplident == "n" or found.other_index is not None:
+        identity = "NOTHING" if found.relreplident == "n" else f"USING INDEX {found.other_index}"
+        raise TableError(
+            f"table {found.name} has REPLICA IDENTITY {identity}: its updates and deletes would "
+            "not name the primary key of the row they change; use REPLICA IDENTITY DEFAULT"
         )
     for column in key:
         _check_key_column(found.name, column)

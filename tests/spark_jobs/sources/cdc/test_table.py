@@ -79,6 +79,32 @@ def test_a_table_without_a_primary_key_is_refused(database):
 
 
 @pytest.mark.parametrize(
+    ("identity", "refused"),
+    [
+        ("DEFAULT", None),
+        ("FULL", None),
+        ("USING INDEX identified_pkey", None),
+        ("USING INDEX identified_code_key", "USING INDEX identified_code_key"),
+        ("NOTHING", "NOTHING"),
+    ],
+)
+def test_changes_must_name_the_primary_key(database, identity, refused):
+    create(
+        database,
+        "CREATE TABLE identified (id int PRIMARY KEY, code int NOT NULL UNIQUE)",
+        f"ALTER TABLE identified REPLICA IDENTITY {identity}",
+    )
+    try:
+        if refused is None:
+            assert describe_table(database, "identified").key == ("id",)
+        else:
+            with pytest.raises(TableError, match=f"REPLICA IDENTITY {refused}: its updates"):
+                describe_table(database, "identified")
+    finally:
+        create(database, "DROP TABLE identified")
+
+
+@pytest.mark.parametrize(
     "column",
     [
         "id int2",
