@@ -82,7 +82,7 @@ def test_a_key_update_is_a_delete_of_the_old_key_and_an_insert_of_the_new():
 
 def test_a_transaction_across_two_chunks_changes_each_in_its_own_range():
     both = tx(update(5, "E"), update(15, "O"), delete(9), insert(12, "l"))
-    second = [{"id": 12 - 1, "name": "k"}, {"id": 15, "name": "o"}]
+    second = [{"id": 11, "name": "k"}, {"id": 15, "name": "o"}]
     assert merged(both) == [(2, "b"), (5, "E")]
     assert [
         (r["id"], r["name"]) for r in merge(second, [both], SHAPE, KeyRange((10,), None), 99, READ)
@@ -134,8 +134,8 @@ def test_a_composite_key_range_compares_whole_keys():
         )
     )
     keys = KeyRange((1, "m"), (2, "c"))
-    merged = merge(rows, [inserts], shape, keys, 0x1000, READ)
-    assert [(r["a"], r["b"]) for r in merged] == [(1, "m"), (1, "z"), (2, "a"), (2, "c")]
+    image = merge(rows, [inserts], shape, keys, 0x1000, READ)
+    assert [(r["a"], r["b"]) for r in image] == [(1, "m"), (1, "z"), (2, "a"), (2, "c")]
 
 
 @pytest.mark.parametrize(
