@@ -2,6 +2,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from spark_jobs.metrics.schema import make_engine
 from tests.support.postgres import LOGICAL_DECODING, PostgresServer
 
 
@@ -15,3 +16,10 @@ def logical_server() -> Iterator[PostgresServer]:
     settings = {**LOGICAL_DECODING, "synchronous_commit": "on"}
     with PostgresServer(database="shop", settings=settings) as server:
         yield server
+
+
+@pytest.fixture
+def database(logical_server):
+    engine = make_engine(logical_server.url)
+    yield engine
+    engine.dispose()

@@ -27,13 +27,6 @@ BIG = "".join(secrets.choice(string.ascii_letters + string.digits) for _ in rang
 
 
 @pytest.fixture
-def database(logical_server):
-    engine = make_engine(logical_server.url)
-    yield engine
-    engine.dispose()
-
-
-@pytest.fixture
 def table(database):
     name = f"accounts_{next(_tables)}"
     with database.begin() as connection:
