@@ -30,7 +30,9 @@ PLUGIN = "pgoutput"
 #: PostgreSQL's rule for slot names, applied to the publication's name too, so both can go
 #: into statements and options without quoting.
 _NAME = re.compile(r"[a-z0-9_]{1,63}")
-_SETTINGS = text(
+#: What every connection that decodes or reads rows sets first: the text of dates, times,
+#: bytea and floats in the form ``values.py`` reads.
+SESSION_SETTINGS = text(
     "SELECT set_config('DateStyle', 'ISO', false), set_config('TimeZone', 'UTC', false), "
     "set_config('bytea_output', 'hex', false), set_config('extra_float_digits', '1', false)"
 )
@@ -200,5 +202,5 @@ class ReplicationSlot:
     @contextmanager
     def _connection(self) -> Iterator[sqlalchemy.Connection]:
         with self._engine.connect() as connection:
-            connection.execute(_SETTINGS)
+            connection.execute(SESSION_SETTINGS)
             yield connection

@@ -42,7 +42,7 @@ from spark_jobs.sources.cdc.changes import RelationCache, Transaction, transacti
 from spark_jobs.sources.cdc.lsn import format_lsn, parse_lsn
 from spark_jobs.sources.cdc.messages import Truncate
 from spark_jobs.sources.cdc.pgoutput import decode
-from spark_jobs.sources.cdc.slot import _SETTINGS, ReplicationSlot, SlotError
+from spark_jobs.sources.cdc.slot import SESSION_SETTINGS, ReplicationSlot, SlotError
 from spark_jobs.sources.cdc.table import Key, Row, TableShape, describe_table
 from spark_jobs.sources.cdc.values import typed_row
 from spark_jobs.sources.storage import create_file, filesystem, resolve_uri
@@ -207,7 +207,7 @@ class ChunkReader:
     ) -> tuple[int, Visibility, list[Row]]:
         """The low watermark, then in one transaction its snapshot and the chunk's rows."""
         with self._engine.connect() as connection:
-            connection.execute(_SETTINGS)
+            connection.execute(SESSION_SETTINGS)
             low = connection.execute(text("SELECT pg_current_wal_insert_lsn()::text")).scalar()
             connection.commit()
             pause("low")
