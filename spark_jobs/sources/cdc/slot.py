@@ -155,6 +155,12 @@ class ReplicationSlot:
         """Where the next peek starts: the position last advanced to."""
         return parse_lsn(self._state()["confirmed_flush_lsn"])
 
+    def current_wal_lsn(self) -> int:
+        """How far the server has written WAL (``pg_current_wal_lsn()``): no change decoded
+        from this slot ends beyond it."""
+        with self._connection() as connection:
+            return parse_lsn(connection.execute(text("SELECT pg_current_wal_lsn()::text")).scalar())
+
     def wal_status(self) -> str:
         """Whether the server still keeps the WAL the slot needs: 'reserved', 'extended' or
         'unreserved' (at risk); a lost slot is an error."""

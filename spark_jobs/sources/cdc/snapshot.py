@@ -132,13 +132,9 @@ def merge(
 
 def write_chunk(path: str, table: TableShape, rows: list[Row], high_watermark: int) -> None:
     """Create the chunk's Arrow IPC file once (StateFileExists if it exists): the table's
-    columns, ``_op`` 'snapshot', ``_lsn`` the high watermark, ``_commit_time`` null."""
-    count = len(rows)
-    columns = table.arrow_columns(rows)
-    columns["_op"] = pa.array(["snapshot"] * count, pa.string())
-    columns["_lsn"] = pa.array([high_watermark] * count, pa.int64())
-    columns["_commit_time"] = pa.nulls(count, pa.timestamp("us", tz="UTC"))
-    image = pa.table(columns)
+    columns, ``_op`` 'snapshot', ``_lsn`` the high watermark, ``_commit_time`` null and
+    ``_unchanged`` empty, as ``TableShape.arrow_table`` shapes the changelog's rows too."""
+    image = table.arrow_table(rows, [("snapshot", high_watermark, None, [])] * len(rows))
     sink = pa.BufferOutputStream()
     with pa.ipc.new_file(sink, image.schema) as writer:
         writer.write_table(image)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import pyarrow as pa
@@ -68,6 +69,17 @@ ARROW_TYPES = {
     1114: pa.timestamp("us"),
     1184: pa.timestamp("us", tz="UTC"),
 }
+#: The columns that follow a table's own in the rows of both phases, snapshot and changelog,
+#: so that they share one schema: what happened ('snapshot', 'insert', 'update' or 'delete'),
+#: at which LSN, when (null for a snapshot), and the columns an update left unchanged.
+CHANGE_FIELDS = (
+    pa.field("_op", pa.string()),
+    pa.field("_lsn", pa.int64()),
+    pa.field("_commit_time", pa.timestamp("us", tz="UTC")),
+    pa.field("_unchanged", pa.list_(pa.string())),
+)
+#: One row's values of ``CHANGE_FIELDS``.
+ChangeMark = tuple[str, int, datetime | None, list[str]]
 
 
 class TableError(ValueError):
@@ -161,6 +173,14 @@ class TableShape:
                 text_values = [None if v is None else str(v) for v in values]
                 arrays[column.name] = pa.array(text_values, pa.string())
         return arrays
+
+    def arrow_table(self, rows: list[Row], marks: list[ChangeMark]) -> pa.Table:
+        """``rows`` and, for each, its ``CHANGE_FIELDS`` values: the one form of both phases."""
+        arrays = self.arrow_columns(rows)
+        values = list(zip(*marks, strict=True)) or [()] * len(CHANGE_FIELDS)
+        for field, column in zip(CHANGE_FIELDS, values, strict=True):
+            arrays[field.name] = pa.array(column, field.type)
+        return pa.table(arrays)
 
 
 _RELATION = text(

@@ -287,3 +287,10 @@ def test_a_slot_whose_wal_was_removed_is_an_error():
         finally:
             slot.close()
             engine.dispose()
+
+
+def test_the_current_wal_position_is_at_or_past_every_commit_end(slot, table, database):
+    before = slot.current_wal_lsn()
+    write(database, f"INSERT INTO {table} VALUES (1, 'a', NULL)")
+    (inserted,) = read(slot)
+    assert before < inserted.end_lsn <= slot.current_wal_lsn()

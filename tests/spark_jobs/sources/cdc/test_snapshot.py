@@ -303,6 +303,7 @@ def test_writes_during_the_read_are_merged_into_the_chunk(reader, table, databas
     assert set(image.column("_op").to_pylist()) == {"snapshot"}
     assert set(image.column("_lsn").to_pylist()) == {chunk.high_watermark}
     assert image.column("_commit_time").null_count == len(expected)
+    assert set(map(tuple, image.column("_unchanged").to_pylist())) == {()}
     assert chunk.low_watermark < chunk.as_of <= chunk.high_watermark
 
 
@@ -323,7 +324,15 @@ def test_a_chunk_file_is_written_once_and_reads_the_same_twice(reader, tmp_path)
     chunk = reader.next_chunk([100], 50, str(tmp_path / "c.arrow"))
     first, second = read_chunk(chunk.path), read_chunk(chunk.path)
     assert first.equals(second) and first.num_rows == 50
-    assert first.column_names == ["id", "version", "note", "_op", "_lsn", "_commit_time"]
+    assert first.column_names == [
+        "id",
+        "version",
+        "note",
+        "_op",
+        "_lsn",
+        "_commit_time",
+        "_unchanged",
+    ]
     assert first.column("id").to_pylist() == list(range(102, 201, 2))
     with pytest.raises(StateFileExists):
         reader.next_chunk([100], 50, chunk.path)

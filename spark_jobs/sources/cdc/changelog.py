@@ -1,0 +1,171 @@
+"""The changelog phase of the CDC source: a table's row changes after its snapshot, in batches.
+
+A batch is the range of WAL positions (start, end]: the transactions whose commits end in it.
+Every end ``plan`` gives is a commit's end, because advancing the slot to a position inside a
+commit record silently drops that transaction. ``read`` peeks the slot up to the end and skips
+what ends by the start, so reading a batch again, however much was written since, returns the
+same rows; ``commit`` advances the slot only once a batch can no longer be replayed.
+
+Rows have the snapshot's form (``TableShape.arrow_table``) so the two phases share a schema:
+
+- an insert or an update is the whole new row; a delete is the key, other columns null;
+- an update that changes the primary key is a 'delete' of the old key followed by an
+  'insert' of the new row, so a consumer that merges by key removes the old one;
+- a TOASTed value an update left unchanged is not sent again by the server. It is taken from
+  the old row when the update carries one (REPLICA IDENTITY FULL); otherwise it is null and
+  its column is named in ``_unchanged``: the consumer keeps the value it has (for a key
+  update's 'insert', the value of the row deleted just before it).
+
+The rows decoded are only right while the table has the columns it was described with, so a
+TRUNCATE of it or a change decoded with other columns stops the changelog with an error.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+
+from spark_jobs.sources.cdc.changes import (
+    Change,
+    ChangeStreamError,
+    RelationCache,
+    Transaction,
+    transactions,
+)
+from spark_jobs.sources.cdc.lsn import format_lsn
+from spark_jobs.sources.cdc.messages import UNCHANGED, Relation, Truncate
+from spark_jobs.sources.cdc.pgoutput import decode
+from spark_jobs.sources.cdc.slot import ReplicationSlot, SlotError
+from spark_jobs.sources.cdc.table import ChangeMark, Row, TableShape
+from spark_jobs.sources.cdc.values import typed_row
+
+_START_OVER = "start over with a new snapshot (drop the replication slot and read the table afresh)"
+
+
+class TableChangedError(ChangeStreamError):
+    """The table was truncated or its columns changed while its changes were read."""
+
+
+class Changelog:
+    """Batches of the changes of ``table`` (as described) through ``slot``, its publication's."""
+
+    def __init__(self, slot: ReplicationSlot, table: TableShape):
+        self._slot = slot
+        self.table = table
+
+    def plan(self, start_lsn: int, max_changes: int | None = None) -> int:
+        """The end of the batch after ``start_lsn``: the commit end of the last transaction
+        that fits in ``max_changes`` row changes (None: no limit), ``start_lsn`` when nothing
+        is new. A transaction is never split: one larger than the limit is a batch alone."""
+        if max_changes is not None and max_changes < 1:
+            raise ValueError(f"max_changes = {max_changes!r}: expected None or at least 1")
+        limit = max_changes
+        while True:
+            # The peek starts at the slot, maybe before start_lsn, so it may need more rows.
+            peeked, pending = self._pending(start_lsn, upto_nchanges=limit)
+            end, taken = start_lsn, 0
+            for transaction in pending:
+                size = len(transaction.changes)
+                if max_changes is not None and taken and taken + size > max_changes:
+                    return end
+                end, taken = transaction.end_lsn, taken + size
+            if limit is None or peeked < limit:
+                return end
+            limit *= 2
+
+    def read(self, start_lsn: int, end_lsn: int) -> pa.Table:
+        """The row changes of the transactions that end in (``start_lsn``, ``end_lsn``], in
+        commit order, with ``_op``, ``_lsn`` (the commit's end), ``_commit_time`` and
+        ``_unchanged``."""
+        if end_lsn < start_lsn:
+            raise ValueError(
+                f"batch ({format_lsn(start_lsn)}, {format_lsn(end_lsn)}] ends before it starts"
+            )
+        rows: list[Row] = []
+        marks: list[ChangeMark] = []
+        if end_lsn > start_lsn:
+            _, pending = self._pending(start_lsn, upto_lsn=end_lsn)
+            if not pending or pending[-1].end_lsn != end_lsn:
+                raise ChangeStreamError(
+                    f"no transaction of {self.table.name} ends at {format_lsn(end_lsn)} on "
+                    f"{self._slot.where}: a batch must end where plan() ended it"
+                )
+            for transaction in pending:
+                for change in transaction.changes:
+                    for op, row, unchanged in self._rows(transaction, change):
+                        rows.append(row)
+                        marks.append((op, transaction.end_lsn, transaction.commit_time, unchanged))
+        return self.table.arrow_table(rows, marks)
+
+    def commit(self, end_lsn: int) -> None:
+        """Consume the batches that end at or before ``end_lsn`` (an end ``plan`` gave); an
+        end at or before the slot's position is a no-op, as the slot never moves back."""
+        if end_lsn > self._slot.confirmed_flush_lsn():
+            self._slot.advance(end_lsn)
+
+    def behind(self, end_lsn: int) -> dict[str, int]:
+        """What waits after ``end_lsn``, without decoding it: ``bytes_behind`` of WAL."""
+        return {"bytes_behind": max(0, self._slot.current_wal_lsn() - end_lsn)}
+
+    def _pending(self, start_lsn: int, **bounds: Any) -> tuple[int, list[Transaction]]:
+        """The number of rows peeked within ``bounds``, and the transactions among them that
+        end after ``start_lsn``."""
+        peeked = self._slot.peek(**bounds)
+        # Checked after the peek: the slot only moves forward, so it started at or before.
+        position = self._slot.confirmed_flush_lsn()
+        if position > start_lsn:
+            raise SlotError(
+                f"replication slot {self._slot.slot!r} on {self._slot.where} is at "
+                f"{format_lsn(position)}, past the batch start {format_lsn(start_lsn)}: the "
+                "changes in between are gone; a slot must be advanced only to committed ends"
+            )
+        found = transactions((decode(row.data) for row in peeked), RelationCache())
+        return len(peeked), [t for t in found if t.end_lsn > start_lsn]
+
+    def _rows(self, transaction: Transaction, change: Change) -> list[tuple[str, Row, list[str]]]:
+        """``change`` as rows of the table, each with its ``_op`` and ``_unchanged``."""
+        at = f"in the transaction that ends at {format_lsn(transaction.end_lsn)}"
+        if isinstance(change, Truncate):
+            if self.table.oid in change.relation_ids:
+                raise TableChangedError(
+                    f"table {self.table.name} was truncated {at}, which removes rows no change "
+                    f"names: {_START_OVER}"
+                )
+            return []
+        if change.relation.relation_id != self.table.oid:
+            return []
+        self._check_columns(change.relation, at)
+        old = None if change.old is None else typed_row(change.relation, change.old)
+        if change.new is None:
+            return [("delete", self._key_row(old), [])]
+        row: Row = {}
+        unchanged: list[str] = []
+        for name, value in typed_row(change.relation, change.new).items():
+            if value is UNCHANGED and old is not None:
+                value = old.get(name, UNCHANGED)
+            if value is UNCHANGED:
+                value = None
+                unchanged.append(name)
+            row[name] = value
+        if change.operation == "insert" or old is None:
+            return [(change.operation, row, unchanged)]
+        if self.table.key_of(old) == self.table.key_of(row):
+            return [("update", row, unchanged)]
+        return [("delete", self._key_row(old), []), ("insert", row, unchanged)]
+
+    def _key_row(self, old: Row) -> Row:
+        """A row of the key in ``old``, every other column null."""
+        return {
+            c.name: old[c.name] if c.name in self.table.key else None for c in self.table.columns
+        }
+
+    def _check_columns(self, relation: Relation, at: str) -> None:
+        found = [(c.name, c.type_oid) for c in relation.columns]
+        expected = [(c.name, c.type_oid) for c in self.table.columns]
+        if found != expected:
+            raise TableChangedError(
+                f"table {self.table.name} changed {at}: its columns (name, type OID) are "
+                f"{found}, not {expected} as described, so its rows no longer fit the snapshot's: "
+                f"{_START_OVER}"
+            )
