@@ -592,12 +592,9 @@ class KafkaRangePartition(ReadablePartition):
 
     def _records(self, consumer: Consumer) -> Iterator[list[Any]]:
         partition = TopicPartition(self.topic, self.partition)
-        low = self._low_watermark(consumer)
-        if low > self.start:
-            raise KafkaReadError(
-                f"{self.describe()}: offsets {self.start}..{low - 1} were deleted (retention) "
-                f"after planning and before reading; the earliest available is {low}"
-            )
+        # Brokers that stay away fail the read here, named, once the outage timeout passed.
+        # Whether records are gone is the fetch's to say (see _explain).
+        self._low_watermark(consumer)
         consumer.assign([TopicPartition(self.topic, self.partition, self.start)])
         next_offset = self.start
         # Records the planner saw may take a broker outage to arrive.
@@ -625,7 +622,7 @@ class KafkaRangePartition(ReadablePartition):
                 error = message.error()
                 if error is not None:
                     if error.fatal() or error.code() in OFFSET_ERRORS:
-                        raise KafkaReadError(self._explain(error, next_offset))
+                        raise KafkaReadError(self._explain(error, next_offset, consumer))
                     # The client recovers from the rest (a broker restarting, a moved
                     # leader) on its own; the read timeout bounds how long that may take.
                     logger.warning("%s: %s; retrying", self.describe(), error.str())
@@ -643,7 +640,14 @@ class KafkaRangePartition(ReadablePartition):
             if reached_stop:
                 return  # only a record at or past the stop ends the range early
 
-    def _explain(self, error: KafkaError, offset: int) -> str:
+    def _explain(self, error: KafkaError, offset: int, consumer: Consumer) -> str:
+        """The fetch's error, which alone decides that records are gone: a partition's
+        earliest offset, asked apart while requests fail, has come back as its latest."""
+        if error.code() in OFFSET_ERRORS and (low := self._low_watermark(consumer)) > offset:
+            return (
+                f"{self.describe()}: offsets {offset}..{low - 1} were deleted (retention) "
+                f"after planning and before reading; the earliest available is {low}"
+            )
         if error.code() in OFFSET_ERRORS:
             return (
                 f"{self.describe()}: offset {offset} is no longer (or not yet) on the broker: "
