@@ -1,9 +1,5 @@
 """The changelog phase against a real PostgreSQL with wal_level = logical."""
 
-import itertools
-import secrets
-import string
-
 import pyarrow as pa
 import pytest
 from sqlalchemy import text
@@ -11,31 +7,10 @@ from sqlalchemy import text
 from spark_jobs.sources.cdc.changelog import Changelog, TableChangedError
 from spark_jobs.sources.cdc.changes import ChangeStreamError, RelationCache, transactions
 from spark_jobs.sources.cdc.pgoutput import decode
-from spark_jobs.sources.cdc.slot import ReplicationSlot, SlotError
+from spark_jobs.sources.cdc.slot import SlotError
 from spark_jobs.sources.cdc.snapshot import ChunkReader, read_chunk
 from spark_jobs.sources.cdc.table import describe_table
-
-_tables = itertools.count()
-#: Random letters and digits do not compress: stored out of line, past PostgreSQL's 2 kB.
-BIG = "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(12_000))
-
-
-@pytest.fixture
-def table(database):
-    name = f"orders_{next(_tables)}"
-    with database.begin() as connection:
-        connection.execute(text(f"CREATE TABLE {name} (id int PRIMARY KEY, name text, notes text)"))
-        connection.execute(text(f"ALTER TABLE {name} ALTER COLUMN notes SET STORAGE EXTERNAL"))
-    return name
-
-
-@pytest.fixture
-def slot(logical_server, table):
-    slot = ReplicationSlot(logical_server.url, f"slot_{table}", f"pub_{table}", table)
-    slot.ensure()
-    yield slot
-    slot.drop()
-    slot.close()
+from tests.spark_jobs.sources.cdc.conftest import BIG
 
 
 @pytest.fixture
@@ -180,7 +155,7 @@ def test_an_end_that_is_no_commits_end_is_refused(changelog, slot, table, databa
     start = slot.confirmed_flush_lsn()
     write(database, f"INSERT INTO {table} VALUES (1, 'a', NULL)")
     end = changelog.plan(start)
-    with pytest.raises(ChangeStreamError, match=r"no transaction of public\.orders_\d+ ends"):
+    with pytest.raises(ChangeStreamError, match=r"no transaction of public\.accounts_\d+ ends"):
         changelog.read(start, end - 1)
     with pytest.raises(ValueError, match="ends before it starts"):
         changelog.read(end, start)

@@ -1,8 +1,5 @@
 """The slot client and the decoder against a real PostgreSQL with wal_level = logical."""
 
-import itertools
-import secrets
-import string
 import time
 import uuid
 from datetime import UTC, date, datetime
@@ -18,30 +15,8 @@ from spark_jobs.sources.cdc.messages import UNCHANGED, Begin, Commit
 from spark_jobs.sources.cdc.pgoutput import decode
 from spark_jobs.sources.cdc.slot import ReplicationSlot, SlotError
 from spark_jobs.sources.cdc.values import typed_row
+from tests.spark_jobs.sources.cdc.conftest import BIG
 from tests.support.postgres import LOGICAL_DECODING, PostgresServer
-
-_tables = itertools.count()
-#: Random letters and digits do not compress, and 12,000 of them are well past the 2 kB at
-#: which PostgreSQL moves a value out of line.
-BIG = "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(12_000))
-
-
-@pytest.fixture
-def table(database):
-    name = f"accounts_{next(_tables)}"
-    with database.begin() as connection:
-        connection.execute(text(f"CREATE TABLE {name} (id int PRIMARY KEY, name text, notes text)"))
-        connection.execute(text(f"ALTER TABLE {name} ALTER COLUMN notes SET STORAGE EXTERNAL"))
-    return name
-
-
-@pytest.fixture
-def slot(logical_server, table):
-    slot = ReplicationSlot(logical_server.url, f"slot_{table}", f"pub_{table}", table)
-    slot.ensure()
-    yield slot
-    slot.drop()
-    slot.close()
 
 
 def autocommit(url: str) -> sqlalchemy.Engine:
