@@ -614,7 +614,7 @@ class LandingFiles(FileChild):
     bounded = False
     DEFAULT_MAX_FILE_AGE = "7d"
 
-    def __init__(self, *args: Any, max_file_age_s: float = 7 * 86400.0, **kwargs: Any):
+    def __init__(self, *args: Any, max_file_age_s: float, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.max_file_age_ns = int(max_file_age_s * 1e9)
         self._committed_files = 0
