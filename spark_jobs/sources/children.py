@@ -97,6 +97,11 @@ class ChildSource(ABC):
     @abstractmethod
     def partitions(self, start: Position, end: Position) -> list[ReadablePartition]: ...
 
+    def backlog_at(self, position: Position) -> bool | None:
+        """Whether reading on from ``position`` is backlog by the child's own phases (a
+        table's snapshot is, its changelog is not); None: by the child's place."""
+        return None
+
     def commit(self, position: Position) -> None:  # noqa: B027 - a hook, as close
         """Spark has committed every batch up to ``position`` and will not read before it
         again: state kept only for a replay of those batches may go."""

@@ -43,6 +43,7 @@ from pyspark.sql.types import StructType
 
 from spark_jobs.backlog.secrets import redacted_repr
 from spark_jobs.backlog.values import parse_count
+from spark_jobs.sources.cdc.child import PostgresCdcChild
 from spark_jobs.sources.children import (
     ChildSource,
     ChildSpecError,
@@ -57,7 +58,11 @@ from spark_jobs.sources.kafka import KafkaChild
 from spark_jobs.sources.quarantine import OFFSET_FIELD as QUARANTINE_FIELD
 from spark_jobs.sources.storage import resolve_uri
 
-CHILD_KINDS: dict[str, type[ChildSource]] = {**FILE_CHILDREN, KafkaChild.kind: KafkaChild}
+CHILD_KINDS: dict[str, type[ChildSource]] = {
+    **FILE_CHILDREN,
+    KafkaChild.kind: KafkaChild,
+    PostgresCdcChild.kind: PostgresCdcChild,
+}
 DEFAULT_ROWS_PER_PARTITION = 250_000
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
@@ -146,8 +151,7 @@ class HybridStreamReader(DataSourceStreamReader):
             bad_records=self.bad_records,
         )
         self.children = [CHILD_KINDS[spec["kind"]].from_spec(spec, context) for spec in specs]
-        last = len(specs) - 1
-        self.backlog_flags = [bool(spec.get("backlog", i < last)) for i, spec in enumerate(specs)]
+        self.backlog_overrides: list[bool | None] = [spec.get("backlog") for spec in specs]
         self.max_rows = _positive_int(opts, "maxRowsPerTrigger")
         self.max_files = _positive_int(opts, "maxFilesPerTrigger")
         if self.max_rows and self.max_files:
@@ -169,7 +173,7 @@ class HybridStreamReader(DataSourceStreamReader):
             "source": self.source_name,
             "child": index,
             "phase": child.name,
-            "backlog": self.backlog_flags[index],
+            "backlog": self._backlog(index, position),
             "position": position,
         }
         if index == len(self.children) - 1 and child.is_exhausted(position):
@@ -179,6 +183,14 @@ class HybridStreamReader(DataSourceStreamReader):
         if rows is not None:
             offset["rows"] = rows
         return offset
+
+    def _backlog(self, index: int, position: dict[str, Any]) -> bool:
+        """The spec's ``backlog`` if set, else the child's phase at ``position`` if it has
+        phases, else whether a child follows it."""
+        for decided in (self.backlog_overrides[index], self.children[index].backlog_at(position)):
+            if decided is not None:
+                return decided
+        return index < len(self.children) - 1
 
     def initialOffset(self) -> dict[str, Any]:
         """Called once, at the first start of the query: every child resolves its starting

@@ -33,6 +33,7 @@ from spark_jobs.sources.cdc.changes import (
     Transaction,
     transactions,
 )
+from spark_jobs.sources.cdc.coverage import SnapshotCoverage
 from spark_jobs.sources.cdc.lsn import format_lsn
 from spark_jobs.sources.cdc.messages import UNCHANGED, Relation, Truncate
 from spark_jobs.sources.cdc.pgoutput import decode
@@ -53,6 +54,8 @@ class Changelog:
     def __init__(self, slot: ReplicationSlot, table: TableShape):
         self._slot = slot
         self.table = table
+        #: Whether the last ``plan`` left transactions after its end for the next one.
+        self.more_after = False
 
     def plan(self, start_lsn: int, max_changes: int | None = None) -> int:
         """The end of the batch after ``start_lsn``: the commit end of the last transaction
@@ -68,16 +71,21 @@ class Changelog:
             for transaction in pending:
                 size = len(transaction.changes)
                 if max_changes is not None and taken and taken + size > max_changes:
+                    self.more_after = True
                     return end
                 end, taken = transaction.end_lsn, taken + size
             if limit is None or peeked < limit:
+                self.more_after = False
                 return end
             limit *= 2
 
-    def read(self, start_lsn: int, end_lsn: int) -> pa.Table:
+    def read(
+        self, start_lsn: int, end_lsn: int, coverage: SnapshotCoverage | None = None
+    ) -> pa.Table:
         """The row changes of the transactions that end in (``start_lsn``, ``end_lsn``], in
         commit order, with ``_op``, ``_lsn`` (the commit's end), ``_commit_time`` and
-        ``_unchanged``."""
+        ``_unchanged``; without those of a key whose snapshot image has them already, by
+        ``coverage``."""
         if end_lsn < start_lsn:
             raise ValueError(
                 f"batch ({format_lsn(start_lsn)}, {format_lsn(end_lsn)}] ends before it starts"
@@ -94,6 +102,9 @@ class Changelog:
             for transaction in pending:
                 for change in transaction.changes:
                     for op, row, unchanged in self._rows(transaction, change):
+                        key = self.table.key_of(row)
+                        if coverage is not None and coverage.has(key, transaction.end_lsn):
+                            continue
                         rows.append(row)
                         marks.append((op, transaction.end_lsn, transaction.commit_time, unchanged))
         return self.table.arrow_table(rows, marks)

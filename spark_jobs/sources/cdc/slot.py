@@ -14,6 +14,7 @@ connection first sets those that shape the text of values to what ``values.py`` 
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, NamedTuple
@@ -27,6 +28,10 @@ from spark_jobs.metrics.schema import installed_postgres_driver
 from spark_jobs.sources.cdc.lsn import format_lsn, parse_lsn
 
 PLUGIN = "pgoutput"
+#: How long a statement on the slot waits for another session to let go of it.
+BUSY_WAIT_S = 60.0
+#: SQLSTATE of "replication slot ... is active for PID ...".
+_OBJECT_IN_USE = "55006"
 #: PostgreSQL's rule for slot names, applied to the publication's name too, so both can go
 #: into statements and options without quoting.
 _NAME = re.compile(r"[a-z0-9_]{1,63}")
@@ -133,22 +138,19 @@ class ReplicationSlot:
             "upto_lsn": None if upto_lsn is None else format_lsn(upto_lsn),
             "upto_nchanges": upto_nchanges,
         }
-        with self._connection() as connection:
-            rows = connection.execute(statement, bounds).all()
+        rows = self._when_free(statement, bounds).all()
         return [PeekedRow(parse_lsn(row.lsn), row.xid, bytes(row.data)) for row in rows]
 
     def advance(self, lsn: int) -> int:
         """Consume every transaction that ends at or before ``lsn`` (a Commit's end LSN: a
         position inside a commit record drops that transaction); returns the new position,
         which the server caps at what it has flushed."""
-        with self._connection() as connection:
-            moved_to = connection.execute(
-                text(
-                    "SELECT end_lsn::text "
-                    "FROM pg_replication_slot_advance(:slot, CAST(:lsn AS pg_lsn))"
-                ),
-                {"slot": self.slot, "lsn": format_lsn(lsn)},
-            ).scalar_one()
+        moved_to = self._when_free(
+            text(
+                "SELECT end_lsn::text FROM pg_replication_slot_advance(:slot, CAST(:lsn AS pg_lsn))"
+            ),
+            {"slot": self.slot, "lsn": format_lsn(lsn)},
+        ).scalar_one()
         return parse_lsn(moved_to)
 
     def confirmed_flush_lsn(self) -> int:
@@ -204,6 +206,31 @@ class ReplicationSlot:
         """``table`` or ``schema.table``, each part quoted as PostgreSQL needs."""
         quote = self._engine.dialect.identifier_preparer.quote
         return ".".join(quote(part) for part in self.table.split("."))
+
+    def _when_free(
+        self, statement: sqlalchemy.TextClause, parameters: dict[str, Any]
+    ) -> sqlalchemy.Result:
+        """Run a statement that uses the slot, waiting while another session uses it (the
+        planner's peek and an executor's read of one query take turns), for ``BUSY_WAIT_S``."""
+        deadline = time.monotonic() + BUSY_WAIT_S
+        pause = 0.02
+        while True:
+            try:
+                with self._connection() as connection:
+                    result = connection.execute(statement, parameters)
+                    return result.freeze()()
+            except sqlalchemy.exc.OperationalError as error:
+                code = getattr(error.orig, "sqlstate", None) or getattr(error.orig, "pgcode", None)
+                if code != _OBJECT_IN_USE:
+                    raise
+                if time.monotonic() >= deadline:
+                    raise SlotError(
+                        f"replication slot {self.slot!r} on {self.where} has been in use by "
+                        f"another session for {BUSY_WAIT_S:.0f} s; only one query may read a "
+                        "slot: is a second query running on the same checkpoint?"
+                    ) from None
+            time.sleep(pause)
+            pause = min(pause * 2, 0.5)
 
     @contextmanager
     def _connection(self) -> Iterator[sqlalchemy.Connection]:
