@@ -22,7 +22,11 @@ def _children(node: Any) -> list[Any]:
 
 
 #: Our sources and the name each takes when its ``name`` option is not given.
-_GATED_DEFAULT_NAMES = {"hybrid": "hybrid", "backlog_kafka": "kafka"}
+_GATED_DEFAULT_NAMES = {
+    "hybrid": "hybrid",
+    "backlog_kafka": "kafka",
+    "postgres-cdc": "postgres-cdc",
+}
 
 
 def _source_name(node: Any, fallback: str) -> str:

@@ -56,6 +56,7 @@ from spark_jobs.metrics.writer import MetricsWriter, Retention
 from spark_jobs.sources.backlog_kafka import BacklogKafkaDataSource
 from spark_jobs.sources.gate import PlanChannel
 from spark_jobs.sources.hybrid import HybridDataSource
+from spark_jobs.sources.postgres_cdc import PostgresCdcDataSource
 from spark_jobs.sources.storage import normalize_location
 
 logger = logging.getLogger(__name__)
@@ -113,6 +114,7 @@ class BacklogRuntime:
         self._clock = clock
         spark.dataSource.register(HybridDataSource)
         spark.dataSource.register(BacklogKafkaDataSource)
+        spark.dataSource.register(PostgresCdcDataSource)
         self.recorder: MetricsWriter | None = None
         self._channel = PlanChannel(Path(tempfile.mkdtemp(prefix="backlog-channel-")))
         self._no_data_batches = conf.get(NO_DATA_BATCHES)

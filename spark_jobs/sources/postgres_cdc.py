@@ -1,7 +1,7 @@
 """``spark.readStream.format("postgres-cdc")``: one PostgreSQL table, snapshot then changes.
 
 The hybrid source with a single ``postgres-cdc`` child (see ``cdc/child.py``), whose schema
-comes from the table: its columns, then ``_op``, ``_lsn``, ``_commit_time`` and
+comes from the table: its columns, then ``_op``, ``_lsn``, ``_seq``, ``_commit_time`` and
 ``_unchanged``. Options: ``connection``, ``table``, ``chunkRows``, ``slot``, ``publication``
 as the child's fields, and the hybrid source's ``stateLocation`` (required), ``name``,
 ``maxRowsPerTrigger``, ``rowsPerPartition`` and ``backlogChannel``.
@@ -64,7 +64,8 @@ class PostgresCdcDataSource(DataSource):
         return from_arrow_schema(change_schema(shape))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        options = {**self.options, "sources": json.dumps([child_spec(self.options)])}
+        spec = child_spec(self.options)
+        options = {**self.options, "name": spec["name"], "sources": json.dumps([spec])}
         try:
             return HybridStreamReader(options, schema)
         except ChildSpecError as error:

@@ -83,7 +83,8 @@ class Changelog:
         self, start_lsn: int, end_lsn: int, coverage: SnapshotCoverage | None = None
     ) -> pa.Table:
         """The row changes of the transactions that end in (``start_lsn``, ``end_lsn``], in
-        commit order, with ``_op``, ``_lsn`` (the commit's end), ``_commit_time`` and
+        commit order, with ``_op``, ``_lsn`` (the commit's end), ``_seq`` (the row's place
+        among its transaction's), ``_commit_time`` and
         ``_unchanged``; without those of a key whose snapshot image has them already, by
         ``coverage``."""
         if end_lsn < start_lsn:
@@ -100,13 +101,17 @@ class Changelog:
                     f"{self._slot.where}: a batch must end where plan() ended it"
                 )
             for transaction in pending:
-                for change in transaction.changes:
-                    for op, row, unchanged in self._rows(transaction, change):
-                        key = self.table.key_of(row)
-                        if coverage is not None and coverage.has(key, transaction.end_lsn):
-                            continue
-                        rows.append(row)
-                        marks.append((op, transaction.end_lsn, transaction.commit_time, unchanged))
+                changed = [
+                    r for change in transaction.changes for r in self._rows(transaction, change)
+                ]
+                for place, (op, row, unchanged) in enumerate(changed):
+                    key = self.table.key_of(row)
+                    if coverage is not None and coverage.has(key, transaction.end_lsn):
+                        continue
+                    rows.append(row)
+                    marks.append(
+                        (op, transaction.end_lsn, place, transaction.commit_time, unchanged)
+                    )
         return self.table.arrow_table(rows, marks)
 
     def commit(self, end_lsn: int) -> None:

@@ -351,7 +351,7 @@ def describe(child: str, url: str, table: str) -> TableShape:
 
 
 def change_schema(shape: TableShape) -> pa.Schema:
-    """The rows' schema: the table's columns, then ``_op``, ``_lsn``, ``_commit_time``,
+    """The rows' schema: the table's columns, then ``_op``, ``_lsn``, ``_seq``, ``_commit_time``,
     ``_unchanged``."""
     return shape.arrow_table([], []).schema
 

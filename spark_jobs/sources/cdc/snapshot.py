@@ -134,7 +134,7 @@ def write_chunk(path: str, table: TableShape, rows: list[Row], high_watermark: i
     """Create the chunk's Arrow IPC file once (StateFileExists if it exists): the table's
     columns, ``_op`` 'snapshot', ``_lsn`` the high watermark, ``_commit_time`` null and
     ``_unchanged`` empty, as ``TableShape.arrow_table`` shapes the changelog's rows too."""
-    image = table.arrow_table(rows, [("snapshot", high_watermark, None, [])] * len(rows))
+    image = table.arrow_table(rows, [("snapshot", high_watermark, 0, None, [])] * len(rows))
     sink = pa.BufferOutputStream()
     with pa.ipc.new_file(sink, image.schema) as writer:
         writer.write_table(image)

@@ -71,15 +71,17 @@ ARROW_TYPES = {
 }
 #: The columns that follow a table's own in the rows of both phases, snapshot and changelog,
 #: so that they share one schema: what happened ('snapshot', 'insert', 'update' or 'delete'),
-#: at which LSN, when (null for a snapshot), and the columns an update left unchanged.
+#: at which LSN (a commit's end) and place in its transaction, when (null for a snapshot),
+#: and the columns an update left unchanged.
 CHANGE_FIELDS = (
     pa.field("_op", pa.string()),
     pa.field("_lsn", pa.int64()),
+    pa.field("_seq", pa.int32()),
     pa.field("_commit_time", pa.timestamp("us", tz="UTC")),
     pa.field("_unchanged", pa.list_(pa.string())),
 )
 #: One row's values of ``CHANGE_FIELDS``.
-ChangeMark = tuple[str, int, datetime | None, list[str]]
+ChangeMark = tuple[str, int, int, datetime | None, list[str]]
 
 
 class TableError(ValueError):

@@ -330,6 +330,7 @@ def test_a_chunk_file_is_written_once_and_reads_the_same_twice(reader, tmp_path)
         "note",
         "_op",
         "_lsn",
+        "_seq",
         "_commit_time",
         "_unchanged",
     ]

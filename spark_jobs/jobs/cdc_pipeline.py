@@ -1,0 +1,213 @@
+"""The CDC pipeline: a PostgreSQL table copied and then followed into a table elsewhere.
+
+The ``postgres-cdc`` source reads the table's snapshot (backlog) and then its changes
+(live); a streaming aggregation keeps the latest row of each key on the RocksDB state store,
+and each batch's changed keys are merged into the target table (insert or update, or
+delete) in one transaction that also records the batch, so a replayed batch changes
+nothing twice: the target equals the source table as of the last batch.
+
+    backlog-cdc-job --connection postgresql://reader@db:5432/shop --table accounts \\
+        --target postgresql://writer@warehouse:5432/copy --checkpoint /data/checkpoint \\
+        --conf spark.backlog.checkpointing.interval=2s \\
+        --conf spark.backlog.checkpointing.interval-during-backlog=1min
+
+Passwords come from ``BACKLOG_CDC_PASSWORD`` (source) and ``BACKLOG_CDC_TARGET_PASSWORD``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from collections.abc import Sequence
+
+from pyspark.errors import StreamingQueryException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from spark_jobs.backlog.config import ConfigError
+from spark_jobs.backlog.secrets import SPARK_REDACTION_REGEX
+from spark_jobs.backlog.values import count_argument, duration_argument
+from spark_jobs.coordinator.runtime import BacklogRuntime
+from spark_jobs.jobs.events_pipeline import STATE_STORE
+from spark_jobs.jobs.merge_sink import MergeSink
+from spark_jobs.jobs.startup import JavaMissing, prepare_driver_environment, require_java
+from spark_jobs.metrics.lease import LeaseHeld, LeaseLost
+from spark_jobs.metrics.schema import with_password
+from spark_jobs.sources.cdc.child import (
+    DEFAULT_CHUNK_ROWS,
+    connection_url,
+    default_slot_name,
+    describe,
+    teardown,
+)
+from spark_jobs.sources.children import ChildSpecError
+from spark_jobs.sources.storage import resolve_uri
+
+SOURCE_NAME = "cdc"
+TARGET_PASSWORD_ENV = "BACKLOG_CDC_TARGET_PASSWORD"
+#: The change columns the source adds after the table's own.
+CHANGE_COLUMNS = ("_op", "_lsn", "_seq", "_commit_time", "_unchanged")
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="backlog-cdc-job", description=__doc__.split("\n\n")[0] if __doc__ else None
+    )
+    parser.add_argument("--connection", required=True, help="source: postgresql://user@host/db")
+    parser.add_argument("--table", required=True, help="source table: name or schema.name")
+    parser.add_argument("--chunk-rows", type=count_argument, default=DEFAULT_CHUNK_ROWS)
+    parser.add_argument("--target", help="target database: an SQLAlchemy URL")
+    parser.add_argument("--target-table", help="default: the source table's name")
+    parser.add_argument("--checkpoint", required=True, help="checkpoint directory")
+    parser.add_argument("--shuffle-partitions", type=count_argument, default=2)
+    parser.add_argument(
+        "--static-trigger",
+        type=duration_argument,
+        help="run with this fixed trigger instead of backlog-aware checkpointing (a baseline)",
+    )
+    parser.add_argument(
+        "--static-max-rows", type=count_argument, help="per-batch row limit for --static-trigger"
+    )
+    parser.add_argument(
+        "--stop-when-idle", type=duration_argument, help="stop once live and without data this long"
+    )
+    parser.add_argument("--timeout", type=duration_argument, help="stop after this long")
+    parser.add_argument(
+        "--teardown",
+        action="store_true",
+        help="drop the replication slot and publication of this checkpoint's query and exit "
+        "(the query is gone for good: delete its checkpoint too)",
+    )
+    parser.add_argument(
+        "--conf", action="append", default=[], metavar="KEY=VALUE", help="Spark conf"
+    )
+    args = parser.parse_args(argv)
+    if args.target is None and not args.teardown:
+        parser.error("--target is required (unless --teardown)")
+    if args.static_max_rows and args.static_trigger is None:
+        parser.error("--static-max-rows needs --static-trigger")
+    for item in args.conf:
+        if "=" not in item:
+            parser.error(f"--conf {item!r}: expected KEY=VALUE")
+    return args
+
+
+def read_changes(
+    spark: SparkSession, runtime: BacklogRuntime, args: argparse.Namespace
+) -> DataFrame:
+    reader = (
+        spark.readStream.format("postgres-cdc")
+        .option("name", SOURCE_NAME)
+        .option("connection", args.connection)
+        .option("table", args.table)
+        .option("chunkRows", str(args.chunk_rows))
+        .option("stateLocation", source_state(args))
+    )
+    if args.static_trigger is None:
+        reader = reader.options(**runtime.source_options())
+    elif args.static_max_rows:
+        reader = reader.option("maxRowsPerTrigger", str(args.static_max_rows))
+    return reader.load()
+
+
+def source_state(args: argparse.Namespace) -> str:
+    return f"{args.checkpoint.rstrip('/')}/source"
+
+
+def drop_slot(args: argparse.Namespace) -> str:
+    """Drop the slot and publication the source made for this checkpoint."""
+    slot = default_slot_name(source_state(args), SOURCE_NAME)
+    found = teardown(connection_url(SOURCE_NAME, args.connection), slot, slot, args.table)
+    return f"dropped replication slot {slot!r}" if found else f"no replication slot {slot!r}"
+
+
+def latest_rows(changes: DataFrame, key: list[str]) -> DataFrame:
+    """Per key, the latest value of each column and the latest ``_op`` and ``_lsn``.
+
+    Changes are ordered by their commit's end, then their place in the transaction. A
+    column an update left unchanged (named in ``_unchanged``) does not count as a value, so
+    the latest value sent stays: that is why the state holds every column, not only the
+    last change."""
+    ordered = changes.withColumn("_order", F.struct("_lsn", "_seq"))
+    columns = [c for c in changes.columns if c not in (*key, *CHANGE_COLUMNS)]
+    sent = {
+        c: F.when(
+            ~F.array_contains(F.coalesce("_unchanged", F.array().cast("array<string>")), c),
+            F.col("_order"),
+        )
+        for c in columns
+    }
+    return ordered.groupBy(*key).agg(
+        *(F.max_by(c, sent[c]).alias(c) for c in columns),
+        F.max_by("_op", "_order").alias("_op"),
+        F.max("_lsn").alias("_lsn"),
+    )
+
+
+def run(args: argparse.Namespace) -> None:
+    builder = SparkSession.builder.appName("backlog-cdc").config(
+        "spark.redaction.regex", SPARK_REDACTION_REGEX
+    )
+    for item in args.conf:
+        builder = builder.config(*item.split("=", 1))
+    spark = builder.getOrCreate()
+    try:
+        runtime = BacklogRuntime(spark)
+        signal.signal(signal.SIGTERM, lambda _signum, _frame: runtime.stop())
+        try:
+            for conf_key, value in STATE_STORE.items():
+                spark.conf.set(conf_key, value)
+            spark.conf.set("spark.sql.shuffle.partitions", str(args.shuffle_partitions))
+            spark.conf.set("spark.sql.session.timeZone", "UTC")
+            changes = read_changes(spark, runtime, args)
+            url = connection_url(SOURCE_NAME, args.connection)
+            key = list(describe(SOURCE_NAME, url, args.table).key)
+            sink = MergeSink(
+                with_password(args.target, os.environ.get(TARGET_PASSWORD_ENV)),
+                args.target_table or args.table.split(".")[-1],
+                key,
+                query=resolve_uri(args.checkpoint),
+            )
+            writer = (
+                latest_rows(changes, key)
+                .writeStream.outputMode("update")
+                .foreachBatch(sink.write_batch)
+                .option("checkpointLocation", f"{args.checkpoint.rstrip('/')}/spark")
+            )
+            runtime.hold_lease(resolve_uri(args.checkpoint))
+            if args.static_trigger is None:
+                runtime.start_gated(writer)
+            else:
+                runtime.start_static(writer, args.static_trigger)
+            runtime.await_termination(stop_when_idle_s=args.stop_when_idle, timeout_s=args.timeout)
+        finally:
+            runtime.close()
+    finally:
+        spark.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    prepare_driver_environment()
+    try:
+        if args.teardown:
+            print(f"backlog-cdc-job: {drop_slot(args)}")
+            return 0
+        require_java()
+        run(args)
+    except (ConfigError, JavaMissing, LeaseHeld, ChildSpecError) as error:
+        print(f"backlog-cdc-job: {error}", file=sys.stderr)
+        return 2
+    except StreamingQueryException as error:
+        print(f"backlog-cdc-job: the query failed: {error}", file=sys.stderr)
+        return 1
+    except LeaseLost as error:
+        print(f"backlog-cdc-job: {error}", file=sys.stderr)
+        return 3
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
