@@ -1,0 +1,307 @@
+"""The postgres-cdc child through the hybrid source's reader, against a real PostgreSQL."""
+
+import json
+import pickle
+
+import pyarrow as pa
+import pytest
+from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+from pyspark.sql.types import LongType, StringType, StructField, StructType
+from sqlalchemy import text
+
+from spark_jobs.metrics.schema import make_engine
+from spark_jobs.sources.cdc.child import (
+    PASSWORD_ENV,
+    change_schema,
+    connection_url,
+    default_slot_name,
+    describe,
+    teardown,
+)
+from spark_jobs.sources.cdc.lsn import format_lsn
+from spark_jobs.sources.cdc.slot import ReplicationSlot, SlotError
+from spark_jobs.sources.children import ChildSpecError
+from spark_jobs.sources.hybrid import HybridStreamReader
+from spark_jobs.sources.postgres_cdc import PostgresCdcDataSource
+
+CHUNK_ROWS = 10
+
+
+def write(database, *statements: str) -> None:
+    with database.begin() as connection:
+        for statement in statements:
+            connection.execute(text(statement))
+
+
+def spec(server, table, **fields) -> dict:
+    return {
+        "name": "accounts",
+        "kind": "postgres-cdc",
+        "connection": server.url,
+        "chunkRows": CHUNK_ROWS,
+        "table": table,
+        **fields,
+    }
+
+
+@pytest.fixture
+def filled(database, table):
+    """25 rows: chunks (..10], (10..20], (20..)."""
+    write(database, f"INSERT INTO {table} SELECT g, 'n' || g, NULL FROM generate_series(1, 25) g")
+    return table
+
+
+@pytest.fixture
+def make_reader(logical_server, filled, tmp_path):
+    readers = []
+
+    def make(**fields):
+        shape = describe("accounts", logical_server.url, filled)
+        fields = {"table": filled, **fields}
+        options = {
+            "sources": json.dumps([spec(logical_server, **fields)]),
+            "stateLocation": str(tmp_path / "state"),
+        }
+        readers.append(HybridStreamReader(options, from_arrow_schema(change_schema(shape))))
+        return readers[-1]
+
+    yield make
+    for reader in readers:
+        for child in reader.children:
+            if child._start is not None:
+                teardown(child.url, child.slot, child.publication, child.table)
+        reader.stop()
+
+
+def read(reader, start, end) -> list[dict]:
+    tables = [
+        pa.Table.from_batches(list(reader.read(p)), schema=reader.arrow_schema)
+        for p in reader.partitions(start, end)
+    ]
+    return pa.concat_tables(tables).to_pylist() if tables else []
+
+
+def ops(rows) -> list[tuple]:
+    return [(r["_op"], r["id"], r["name"]) for r in rows]
+
+
+def slot_of(reader) -> ReplicationSlot:
+    return reader.children[0].replication_slot
+
+
+def test_the_snapshot_is_backlog_then_one_switch_to_a_live_changelog(make_reader, database, filled):
+    reader = make_reader()
+    start = reader.initialOffset()
+    ends = [start]
+    for _ in range(4):
+        ends.append(reader.latestOffset(ends[-1], ReadMaxRows(2 * CHUNK_ROWS)))
+    positions = [end["position"] for end in ends]
+
+    assert [p["phase"] for p in positions] == ["snapshot"] * 3 + ["changelog"] * 2
+    assert [end["backlog"] for end in ends] == [True, True, True, False, False]
+    assert [p["chunks"] for p in positions[:3]] == [0, 2, 3]
+    assert positions[2]["done"] and positions[1]["after"] == [20]
+    assert [end.get("rows") for end in ends[1:3]] == [20, 5]
+    # Nothing changed: the switch is a batch of its own, and then no batch.
+    assert ends[4] == ends[3]
+    assert positions[3]["lsn"] == positions[0]["lsn"]
+    snapshot = read(reader, ends[0], ends[1]) + read(reader, ends[1], ends[2])
+    assert sorted(r["id"] for r in snapshot) == list(range(1, 26))
+    assert {r["_op"] for r in snapshot} == {"snapshot"}
+    assert read(reader, ends[2], ends[3]) == []
+
+
+def test_changes_a_chunk_holds_are_not_emitted_again(make_reader, database, filled):
+    reader = make_reader()
+    start = reader.initialOffset()
+    first = reader.latestOffset(start, ReadMaxRows(CHUNK_ROWS))
+    # Key 1's chunk is copied, key 24's is not: only key 1's update is a change to emit.
+    write(database, f"UPDATE {filled} SET name = 'x' WHERE id IN (1, 24)")
+    rest = reader.latestOffset(first, ReadAllAvailable())
+    switch = reader.latestOffset(rest, ReadAllAvailable())
+
+    assert rest["position"]["done"]
+    assert [r["name"] for r in read(reader, first, rest) if r["id"] == 24] == ["x"]
+    assert ops(read(reader, rest, switch)) == [("update", 1, "x")]
+
+
+def test_changes_follow_in_commit_order_and_a_limit_leaves_lag(make_reader, database, filled):
+    reader = make_reader()
+    end = reader.latestOffset(reader.initialOffset(), ReadAllAvailable())
+    end = reader.latestOffset(end, ReadAllAvailable())
+    write(database, f"INSERT INTO {filled} VALUES (100, 'a', NULL)")
+    write(database, f"UPDATE {filled} SET id = 101, name = 'b' WHERE id = 100")
+    write(database, f"DELETE FROM {filled} WHERE id = 3")
+
+    limited = reader.latestOffset(end, ReadMaxRows(1))
+    assert reader.latest["lag"]["offsets_behind_latest"] > 0
+    assert ops(read(reader, end, limited)) == [("insert", 100, "a")]
+    rest = reader.latestOffset(limited, ReadAllAvailable())
+    assert reader.latest["lag"] == {"offsets_behind_latest": 0, "bytes_behind": 0}
+    changes = read(reader, limited, rest)
+    assert ops(changes) == [("delete", 100, None), ("insert", 101, "b"), ("delete", 3, None)]
+    assert [r["_seq"] for r in changes] == [0, 1, 0]
+
+
+def test_a_batch_read_again_after_more_writes_returns_the_same_rows(make_reader, database, filled):
+    reader = make_reader()
+    start = reader.initialOffset()
+    snapshot_end = reader.latestOffset(start, ReadAllAvailable())
+    switch = reader.latestOffset(snapshot_end, ReadAllAvailable())
+    write(database, f"UPDATE {filled} SET name = 'y' WHERE id = 5")
+    changes_end = reader.latestOffset(switch, ReadAllAvailable())
+    first = (read(reader, start, snapshot_end), read(reader, switch, changes_end))
+    write(database, f"UPDATE {filled} SET name = 'z' WHERE id = 5", f"DELETE FROM {filled}")
+
+    assert (read(reader, start, snapshot_end), read(reader, switch, changes_end)) == first
+    assert ops(first[1]) == [("update", 5, "y")]
+
+
+def test_the_slot_moves_only_when_spark_commits_and_to_that_end(make_reader, database, filled):
+    reader = make_reader()
+    start = reader.initialOffset()
+    created_at = slot_of(reader).confirmed_flush_lsn()
+    snapshot_end = reader.latestOffset(start, ReadAllAvailable())
+    switch = reader.latestOffset(snapshot_end, ReadAllAvailable())
+    write(database, f"UPDATE {filled} SET name = 'y' WHERE id = 5")
+    first = reader.latestOffset(switch, ReadAllAvailable())
+    write(database, f"UPDATE {filled} SET name = 'z' WHERE id = 6")
+    second = reader.latestOffset(first, ReadAllAvailable())
+    reader.commit(snapshot_end)
+    reader.commit(switch)
+    assert slot_of(reader).confirmed_flush_lsn() == created_at
+
+    reader.commit(first)
+    assert format_lsn(slot_of(reader).confirmed_flush_lsn()) == first["position"]["lsn"]
+    # A commit seen again, or late, never moves the slot back.
+    reader.commit(switch)
+    assert format_lsn(slot_of(reader).confirmed_flush_lsn()) == first["position"]["lsn"]
+    assert ops(read(reader, first, second)) == [("update", 6, "z")]
+
+
+def test_committed_chunk_files_go_and_a_chunk_no_offset_recorded_is_copied_again(
+    make_reader, database, filled, tmp_path
+):
+    reader = make_reader()
+    start = reader.initialOffset()
+    reader.latestOffset(start, ReadMaxRows(CHUNK_ROWS))  # a plan the driver died before logging
+    chunks = tmp_path / "state" / "accounts" / "chunks"
+    assert sorted(p.name for p in chunks.iterdir()) == ["00000000.arrow", "00000000.json"]
+    write(database, f"UPDATE {filled} SET name = 'late' WHERE id = 2")
+
+    restarted = make_reader()
+    again = restarted.latestOffset(restarted.initialOffset(), ReadMaxRows(CHUNK_ROWS))
+    assert again["position"]["lsn"] == start["position"]["lsn"]
+    assert [r["name"] for r in read(restarted, start, again) if r["id"] == 2] == ["late"]
+    restarted.commit(again)
+    assert sorted(p.name for p in chunks.iterdir()) == ["00000000.json"]
+
+
+def test_the_planner_s_connections_stay_behind_when_it_is_pickled(make_reader):
+    reader = make_reader()
+    reader.latestOffset(reader.initialOffset(), ReadMaxRows(CHUNK_ROWS))
+    copy = pickle.loads(pickle.dumps(reader))
+    assert copy.children[0]._slot is None and copy.children[0]._reader is None
+
+
+def test_a_changelog_partition_does_not_show_the_password(
+    make_reader, database, filled, monkeypatch
+):
+    monkeypatch.setenv(PASSWORD_ENV, "hunter2")
+    reader = make_reader()
+    end = reader.latestOffset(reader.initialOffset(), ReadAllAvailable())
+    switch = reader.latestOffset(end, ReadAllAvailable())
+    write(database, f"DELETE FROM {filled} WHERE id = 1")
+    (partition,) = reader.partitions(switch, reader.latestOffset(switch, ReadAllAvailable()))
+    assert "hunter2" in reader.children[0].url
+    assert "hunter2" not in repr(partition) and "hunter2" not in str(vars(partition).get("shape"))
+
+
+def test_the_password_comes_from_the_environment(monkeypatch):
+    monkeypatch.setenv(PASSWORD_ENV, "hunter2")
+    assert connection_url("c", "postgresql://reader@db:5432/shop") == (
+        "postgresql://reader:hunter2@db:5432/shop"
+    )
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"connection": "mysql://u@h/d"}, "field 'connection' = 'mysql://u@h/d' must be a Postgre"),
+        ({"connection": "not a url"}, "must be a PostgreSQL URL"),
+        ({"connection": "postgresql://u:hunter2@h/d"}, r"carries a password.*BACKLOG_CDC_PASSWORD"),
+        ({"chunkRows": 0}, "field 'chunkRows' = 0 must be at least 1"),
+        ({"chunkRows": "10"}, "field 'chunkRows' = '10' must be a int"),
+        ({"slot": "Bad-Name"}, "field 'slot': slot name 'Bad-Name': use 1 to 63 lower-case"),
+        ({"publication": "x y"}, "field 'publication': publication name 'x y'"),
+        ({"table": "missing"}, "no table 'missing' on postgresql.*127.0.0.1"),
+    ],
+)
+def test_bad_fields_are_refused_by_name(make_reader, fields, message):
+    with pytest.raises(ChildSpecError, match=message) as caught:
+        make_reader(**fields)
+    assert "hunter2" not in str(caught.value)
+
+
+def test_a_table_without_a_primary_key_is_refused(make_reader, database):
+    write(database, "CREATE TABLE keyless (id int, name text)")
+    with pytest.raises(ChildSpecError, match=r"table public\.keyless has no primary key"):
+        make_reader(table="keyless")
+
+
+def test_the_state_location_is_required(logical_server, filled):
+    options = {"sources": json.dumps([spec(logical_server, filled)])}
+    schema = StructType([StructField("id", LongType())])
+    with pytest.raises(ChildSpecError, match=r"option 'stateLocation'.*which is not set"):
+        HybridStreamReader(options, schema)
+
+
+def test_a_schema_column_the_table_lacks_is_named(logical_server, filled, tmp_path):
+    options = {
+        "sources": json.dumps([spec(logical_server, filled)]),
+        "stateLocation": str(tmp_path),
+    }
+    schema = StructType([StructField("id", LongType()), StructField("email", StringType())])
+    with pytest.raises(ChildSpecError, match=r"columns \['email'\] that rows of public\."):
+        HybridStreamReader(options, schema)
+
+
+def test_a_server_without_logical_wal_is_refused_at_the_start(postgres_server, tmp_path):
+    engine = make_engine(postgres_server.url)
+    write(engine, "CREATE TABLE t (id int PRIMARY KEY)")
+    engine.dispose()
+    options = {
+        "sources": json.dumps([spec(postgres_server, "t")]),
+        "stateLocation": str(tmp_path),
+    }
+    reader = HybridStreamReader(options, StructType([StructField("id", LongType())]))
+    with pytest.raises(SlotError, match="wal_level is 'replica'"):
+        reader.initialOffset()
+
+
+def test_the_format_takes_its_schema_from_the_table(logical_server, filled):
+    source = PostgresCdcDataSource(
+        {"connection": logical_server.url, "table": filled, "stateLocation": "/tmp/x"}
+    )
+    assert [(f.name, f.dataType.simpleString()) for f in source.schema().fields] == [
+        ("id", "int"),
+        ("name", "string"),
+        ("notes", "string"),
+        ("_op", "string"),
+        ("_lsn", "bigint"),
+        ("_seq", "int"),
+        ("_commit_time", "timestamp"),
+        ("_unchanged", "array<string>"),
+    ]
+
+
+def test_each_state_location_has_its_own_slot_and_teardown_drops_it(logical_server, filled):
+    one, other = default_slot_name("/data/a", "cdc"), default_slot_name("/data/b", "cdc")
+    assert one != other and one.startswith("backlog_") and len(one) <= 63
+    slot = ReplicationSlot(logical_server.url, one, one, filled)
+    slot.ensure()
+    slot.close()
+
+    assert teardown(logical_server.url, one, one, filled) is True
+    assert teardown(logical_server.url, one, one, filled) is False

@@ -1,0 +1,49 @@
+import pytest
+
+from spark_jobs.sources.cdc.coverage import SnapshotCoverage
+
+#: Chunks (..10], (10..20], (20..): high watermarks 100, 300, 200.
+COVERAGE = SnapshotCoverage.of([((10,), 100), ((20,), 300), (None, 200)])
+
+
+@pytest.mark.parametrize(
+    ("key", "watermark"),
+    [((1,), 100), ((10,), 100), ((11,), 300), ((20,), 300), ((21,), 200), ((10**9,), 200)],
+)
+def test_a_key_belongs_to_the_chunk_whose_range_holds_it(key, watermark):
+    assert COVERAGE.high_watermark(key) == watermark
+
+
+def test_a_change_is_in_the_image_up_to_its_chunk_s_high_watermark_only():
+    assert COVERAGE.has((5,), 100)
+    assert not COVERAGE.has((5,), 101)
+    assert COVERAGE.has((15,), 250)
+    assert not COVERAGE.has((25,), 250)
+
+
+def test_nothing_after_the_highest_watermark_is_in_any_image():
+    assert COVERAGE.until == 300
+
+
+def test_composite_keys_compare_as_tuples():
+    coverage = SnapshotCoverage.of([(("a", 2), 10), (None, 20)])
+    assert coverage.high_watermark(("a", 1)) == 10
+    assert coverage.high_watermark(("a", 3)) == 20
+
+
+def test_a_single_chunk_covers_every_key():
+    assert SnapshotCoverage.of([(None, 7)]).high_watermark((42,)) == 7
+
+
+@pytest.mark.parametrize(
+    ("chunks", "message"),
+    [
+        ([], "every chunk but the final one"),
+        ([((1,), 5)], "every chunk but the final one"),
+        ([(None, 5), (None, 6)], "every chunk but the final one"),
+        ([((2,), 5), ((1,), 6), (None, 7)], "ascending"),
+    ],
+)
+def test_chunks_out_of_shape_are_refused(chunks, message):
+    with pytest.raises(ValueError, match=message):
+        SnapshotCoverage.of(chunks)
