@@ -45,8 +45,8 @@ from spark_jobs.backlog.values import count_argument, duration_argument
 from spark_jobs.metrics.lease import LeaseKeeper, LeaseStore
 from spark_jobs.metrics.schema import CheckpointRow, TransitionRow, create_tables
 from spark_jobs.metrics.writer import MetricsWriter
-from tests.support.postgres import PostgresServer, free_port
 from tools import child_environment
+from tools.postgres import PostgresServer, free_port
 from tools.runs import say
 
 CONN_ID = "backlog_metrics_scale"
