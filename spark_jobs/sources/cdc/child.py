@@ -39,7 +39,7 @@ from spark_jobs.sources.cdc.changelog import Changelog
 from spark_jobs.sources.cdc.coverage import SnapshotCoverage
 from spark_jobs.sources.cdc.lsn import format_lsn, parse_lsn
 from spark_jobs.sources.cdc.slot import ReplicationSlot, SlotError
-from spark_jobs.sources.cdc.snapshot import ChunkReader, read_chunk
+from spark_jobs.sources.cdc.snapshot import Chunk, ChunkReader, read_chunk
 from spark_jobs.sources.cdc.table import TableError, TableShape, describe_table
 from spark_jobs.sources.children import (
     ChildSource,
@@ -146,6 +146,8 @@ class PostgresCdcChild(ChildSource):
         self._reader: ChunkReader | None = None
         self._coverage: SnapshotCoverage | None = None
         self._start: Position | None = None
+        #: Chunk files before this one are removed (only listed again after a restart).
+        self._chunks_removed = 0
 
     def __getstate__(self) -> dict[str, Any]:
         """Executors get the spec, not the planner's connections."""
@@ -255,7 +257,7 @@ class PostgresCdcChild(ChildSource):
             )
         return Planned(end, {}, rows)
 
-    def _copy_chunk(self, index: int, after: list[Any] | None) -> Any:
+    def _copy_chunk(self, index: int, after: list[Any] | None) -> Chunk:
         """Chunk ``index``: a file from a plan that no offset recorded is replaced."""
         leftovers = {_chunk_file(index, "arrow"), _chunk_file(index, "json")}
         for name in leftovers.intersection(self.chunks.names("")):
@@ -279,9 +281,11 @@ class PostgresCdcChild(ChildSource):
     def commit(self, position: Position) -> None:
         """Spark will not read before ``position`` again: copied chunks' files may go, and
         in the changelog the slot moves to it."""
-        for name in self.chunks.names(".arrow"):
-            if int(name.split(".")[0]) < position["chunks"]:
-                self.chunks.remove(name)
+        if position["chunks"] > self._chunks_removed:
+            for name in self.chunks.names(".arrow"):
+                if int(name.split(".")[0]) < position["chunks"]:
+                    self.chunks.remove(name)
+            self._chunks_removed = position["chunks"]
         if position["phase"] == CHANGELOG:
             Changelog(self.replication_slot, self.shape).commit(parse_lsn(position["lsn"]))
 
