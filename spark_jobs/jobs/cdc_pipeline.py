@@ -11,6 +11,14 @@ nothing twice: the target equals the source table as of the last batch.
         --conf spark.backlog.checkpointing.interval=2s \\
         --conf spark.backlog.checkpointing.interval-during-backlog=1min
 
+With ``--changes-output DIR`` instead of ``--target``, every change row as it comes (the
+table's columns, ``_op``, ``_lsn``, ``_seq``, ``_commit_time``, ``_unchanged``) is appended to
+parquet files by Spark's exactly-once file sink: the raw change stream, duplicates and gaps
+included if the source had any, which is what a check of the source needs to see.
+
+The source's connection and table are checked before Spark starts (a password in the URL,
+no primary key, a server without ``wal_level = logical``), so a refusal costs no JVM.
+
 Passwords come from ``BACKLOG_CDC_PASSWORD`` (source) and ``BACKLOG_CDC_TARGET_PASSWORD``.
 """
 
@@ -21,20 +29,23 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
+from typing import Any
 
+import sqlalchemy
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from sqlalchemy.engine import make_url
 
 from spark_jobs.backlog.config import ConfigError
-from spark_jobs.backlog.secrets import SPARK_REDACTION_REGEX
+from spark_jobs.backlog.secrets import SPARK_REDACTION_REGEX, redact_text
 from spark_jobs.backlog.values import count_argument, duration_argument
 from spark_jobs.coordinator.runtime import BacklogRuntime
 from spark_jobs.jobs.events_pipeline import STATE_STORE
 from spark_jobs.jobs.merge_sink import MergeSink
 from spark_jobs.jobs.startup import JavaMissing, prepare_driver_environment, require_java
 from spark_jobs.metrics.lease import LeaseHeld, LeaseLost
-from spark_jobs.metrics.schema import with_password
+from spark_jobs.metrics.schema import installed_postgres_driver, with_password
 from spark_jobs.sources.cdc.child import (
     DEFAULT_CHUNK_ROWS,
     connection_url,
@@ -42,6 +53,7 @@ from spark_jobs.sources.cdc.child import (
     describe,
     teardown,
 )
+from spark_jobs.sources.cdc.table import TableShape
 from spark_jobs.sources.children import ChildSpecError
 from spark_jobs.sources.storage import resolve_uri
 
@@ -59,6 +71,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--table", required=True, help="source table: name or schema.name")
     parser.add_argument("--chunk-rows", type=count_argument, default=DEFAULT_CHUNK_ROWS)
     parser.add_argument("--target", help="target database: an SQLAlchemy URL")
+    parser.add_argument(
+        "--changes-output",
+        metavar="DIR",
+        help="instead of --target: append every change row to parquet files in DIR",
+    )
     parser.add_argument("--target-table", help="default: the source table's name")
     parser.add_argument("--checkpoint", required=True, help="checkpoint directory")
     parser.add_argument("--shuffle-partitions", type=count_argument, default=2)
@@ -84,8 +101,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--conf", action="append", default=[], metavar="KEY=VALUE", help="Spark conf"
     )
     args = parser.parse_args(argv)
-    if args.target is None and not args.teardown:
-        parser.error("--target is required (unless --teardown)")
+    if not args.teardown:
+        if args.target is None and args.changes_output is None:
+            parser.error("one of --target and --changes-output is required (unless --teardown)")
+        if args.target is not None and args.changes_output is not None:
+            parser.error("--target and --changes-output exclude each other; give one")
+    if args.target_table and args.target is None and not args.teardown:
+        parser.error("--target-table needs --target")
     if args.static_max_rows and args.static_trigger is None:
         parser.error("--static-max-rows needs --static-trigger")
     for item in args.conf:
@@ -123,6 +145,27 @@ def drop_slot(args: argparse.Namespace) -> str:
     return f"dropped replication slot {slot!r}" if found else f"no replication slot {slot!r}"
 
 
+def check_source(args: argparse.Namespace) -> TableShape:
+    """The table's shape, after refusing what the source would refuse once Spark runs: a
+    password in the URL, an unreachable server, a table it cannot chunk, a server whose
+    wal_level is not logical."""
+    url = connection_url(SOURCE_NAME, args.connection)
+    shape = describe(SOURCE_NAME, url, args.table)
+    engine = sqlalchemy.create_engine(installed_postgres_driver(make_url(url)))
+    try:
+        with engine.connect() as connection:
+            level = connection.execute(sqlalchemy.text("SHOW wal_level")).scalar_one()
+    finally:
+        engine.dispose()
+    if level != "logical":
+        raise ChildSpecError(
+            f"child source {SOURCE_NAME!r}: wal_level is {level!r} on {redact_text(url)}; "
+            "reading changes needs wal_level = logical (set it in postgresql.conf and restart "
+            "the server)"
+        )
+    return shape
+
+
 def latest_rows(changes: DataFrame, key: list[str]) -> DataFrame:
     """Per key, the latest value of each column and the latest ``_op`` and ``_lsn``.
 
@@ -147,6 +190,7 @@ def latest_rows(changes: DataFrame, key: list[str]) -> DataFrame:
 
 
 def run(args: argparse.Namespace) -> None:
+    key = list(check_source(args).key)
     builder = SparkSession.builder.appName("backlog-cdc").config(
         "spark.redaction.regex", SPARK_REDACTION_REGEX
     )
@@ -162,20 +206,11 @@ def run(args: argparse.Namespace) -> None:
             spark.conf.set("spark.sql.shuffle.partitions", str(args.shuffle_partitions))
             spark.conf.set("spark.sql.session.timeZone", "UTC")
             changes = read_changes(spark, runtime, args)
-            url = connection_url(SOURCE_NAME, args.connection)
-            key = list(describe(SOURCE_NAME, url, args.table).key)
-            sink = MergeSink(
-                with_password(args.target, os.environ.get(TARGET_PASSWORD_ENV)),
-                args.target_table or args.table.split(".")[-1],
-                key,
-                query=resolve_uri(args.checkpoint),
-            )
             writer = (
-                latest_rows(changes, key)
-                .writeStream.outputMode("update")
-                .foreachBatch(sink.write_batch)
-                .option("checkpointLocation", f"{args.checkpoint.rstrip('/')}/spark")
-            )
+                changes_writer(changes, args)
+                if args.changes_output is not None
+                else merge_writer(changes, key, args)
+            ).option("checkpointLocation", f"{args.checkpoint.rstrip('/')}/spark")
             runtime.hold_lease(resolve_uri(args.checkpoint))
             if args.static_trigger is None:
                 runtime.start_gated(writer)
@@ -186,6 +221,26 @@ def run(args: argparse.Namespace) -> None:
             runtime.close()
     finally:
         spark.stop()
+
+
+def merge_writer(changes: DataFrame, key: list[str], args: argparse.Namespace) -> Any:
+    """The latest row per key, merged into --target batch by batch."""
+    sink = MergeSink(
+        with_password(args.target, os.environ.get(TARGET_PASSWORD_ENV)),
+        args.target_table or args.table.split(".")[-1],
+        key,
+        query=resolve_uri(args.checkpoint),
+    )
+    return latest_rows(changes, key).writeStream.outputMode("update").foreachBatch(sink.write_batch)
+
+
+def changes_writer(changes: DataFrame, args: argparse.Namespace) -> Any:
+    """Every change row appended to parquet files in --changes-output."""
+    return (
+        changes.writeStream.format("parquet")
+        .outputMode("append")
+        .option("path", args.changes_output)
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
