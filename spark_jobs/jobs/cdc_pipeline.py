@@ -205,6 +205,9 @@ def run(args: argparse.Namespace) -> None:
                 spark.conf.set(conf_key, value)
             spark.conf.set("spark.sql.shuffle.partitions", str(args.shuffle_partitions))
             spark.conf.set("spark.sql.session.timeZone", "UTC")
+            # Parquet's own UTC timestamps, not Spark's legacy INT96, which other readers
+            # (pyarrow, pandas) take for local times without a zone.
+            spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
             changes = read_changes(spark, runtime, args)
             writer = (
                 changes_writer(changes, args)

@@ -1,0 +1,532 @@
+"""``backlog-cdc-job`` on a real PostgreSQL (wal_level = logical) and real Spark, as users run it.
+
+A writer (``tools.cdc_data.ChangeWriter``) inserts, updates, deletes, moves keys and updates
+far-apart pairs while the snapshot is read. Every write adds one to the row's ``version``, so
+the raw change stream (``--changes-output``) shows per key whether a change was lost or
+emitted twice, and replaying it must give the table. The job is SIGKILLed in the snapshot, at
+the switch and in the changelog; the slot must never be ahead of Spark's last commit.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow.dataset as ds
+import pytest
+import sqlalchemy as sa
+
+from spark_jobs.jobs.cdc_pipeline import SOURCE_NAME
+from spark_jobs.jobs.startup import job_environment
+from spark_jobs.metrics.schema import make_engine
+from spark_jobs.sources.cdc.child import default_slot_name
+from spark_jobs.sources.cdc.lsn import parse_lsn
+from tests.integration.jobs import (
+    JobDirs,
+    base_conf,
+    checkpoints,
+    finish,
+    kill_hard,
+    log_of,
+    transitions,
+    wait_for,
+)
+from tests.support.postgres import LOGICAL_DECODING, PostgresServer
+from tools.cdc_data import Account, ChangeWriter, create_accounts, table_rows
+
+JOB = str(Path(sys.executable).parent / "backlog-cdc-job")
+ROWS = 2_000
+#: 200-row chunks, two per backlog batch: the snapshot takes several batches.
+CHUNK_ROWS = 200
+MAX_BATCH_ROWS = 400
+INTERVAL_MS, BACKLOG_INTERVAL_MS = 1_000, 30_000
+_tables = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[PostgresServer]:
+    """One server for the module. Decoding reads only flushed WAL: with the throwaway
+    server's asynchronous commit a change would show up late."""
+    settings = {**LOGICAL_DECODING, "synchronous_commit": "on"}
+    with PostgresServer(database="shop", settings=settings) as running:
+        yield running
+
+
+@pytest.fixture
+def accounts(server) -> str:
+    name = f"accounts_{next(_tables)}"
+    create_accounts(server.url, name, ROWS)
+    return name
+
+
+@pytest.fixture
+def dirs(tmp_path) -> JobDirs:
+    return JobDirs(tmp_path)
+
+
+# --- running the job ---------------------------------------------------------------------
+
+
+def job_conf(dirs: JobDirs, name: str) -> dict[str, str]:
+    return base_conf(
+        dirs,
+        name,
+        interval=f"{INTERVAL_MS}ms",
+        interval_during_backlog=f"{BACKLOG_INTERVAL_MS}ms",
+        max_batch_rows=str(MAX_BATCH_ROWS),
+    )
+
+
+def cdc_command(server: PostgresServer, table: str, dirs: JobDirs, *extra: str) -> list[str]:
+    return [
+        JOB,
+        "--connection",
+        server.url,
+        "--table",
+        table,
+        "--checkpoint",
+        str(dirs.checkpoint),
+        *extra,
+    ]
+
+
+def start_job(
+    server: PostgresServer, table: str, dirs: JobDirs, *extra: str, conf: dict[str, str]
+) -> subprocess.Popen:
+    """The console command in its own process group (a kill takes its JVM too)."""
+    conf_args = [a for k, v in conf.items() for a in ("--conf", f"{k}={v}")]
+    dirs.root.mkdir(parents=True, exist_ok=True)
+    path = dirs.root / f"job-{time.time_ns()}.log"
+    with path.open("w") as log:
+        process = subprocess.Popen(
+            [*cdc_command(server, table, dirs, "--chunk-rows", str(CHUNK_ROWS), *extra),
+             *conf_args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=job_environment(),
+            start_new_session=True,
+        )  # fmt: skip
+    process.log_path = path  # type: ignore[attr-defined]
+    return process
+
+
+def run_command(command: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        command, env=job_environment(), capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def changes_output(dirs: JobDirs) -> Path:
+    return dirs.root / "changes"
+
+
+# --- the checkpoint's logs ---------------------------------------------------------------
+
+
+def _log(dirs: JobDirs, kind: str) -> dict[int, Path]:
+    directory = dirs.checkpoint / "spark" / kind
+    if not directory.exists():
+        return {}
+    return {int(p.name): p for p in directory.iterdir() if p.name.isdigit()}
+
+
+def offset(dirs: JobDirs, batch: int) -> dict:
+    """The source's end position of ``batch`` in the offset log."""
+    lines = _log(dirs, "offsets")[batch].read_text().splitlines()
+    return json.loads(lines[2])["position"]
+
+
+def committed(dirs: JobDirs) -> list[int]:
+    return sorted(_log(dirs, "commits"))
+
+
+def planned(dirs: JobDirs) -> list[int]:
+    return sorted(_log(dirs, "offsets"))
+
+
+def last_committed_end(dirs: JobDirs) -> int | None:
+    """The lsn of the last committed batch's end (for a snapshot position, where its
+    changelog will start)."""
+    done = committed(dirs)
+    return parse_lsn(offset(dirs, done[-1])["lsn"]) if done else None
+
+
+def in_flight(dirs: JobDirs) -> dict | None:
+    """The position of a batch planned but not committed yet, if there is one."""
+    batches, done = planned(dirs), committed(dirs)
+    if batches and (not done or batches[-1] > done[-1]):
+        try:
+            return offset(dirs, batches[-1])
+        except (IndexError, json.JSONDecodeError):
+            return None  # being written
+    return None
+
+
+# --- the slot ----------------------------------------------------------------------------
+
+
+def _query(server: PostgresServer, statement: str, **values) -> list[tuple]:
+    engine = make_engine(server.url)
+    try:
+        with engine.connect() as connection:
+            return [tuple(r) for r in connection.execute(sa.text(statement), values)]
+    finally:
+        engine.dispose()
+
+
+def execute(server: PostgresServer, statement: str) -> None:
+    engine = make_engine(server.url)
+    try:
+        with engine.begin() as connection:
+            connection.execute(sa.text(statement))
+    finally:
+        engine.dispose()
+
+
+def slots(server: PostgresServer) -> dict[str, int]:
+    rows = _query(server, "SELECT slot_name, confirmed_flush_lsn::text FROM pg_replication_slots")
+    return {name: parse_lsn(lsn) for name, lsn in rows}
+
+
+def publications(server: PostgresServer) -> list[str]:
+    return [row[0] for row in _query(server, "SELECT pubname FROM pg_publication")]
+
+
+class SlotWatch(threading.Thread):
+    """Samples, while a job runs, that the slot never passes the last committed batch's end:
+    the slot is read first, then the commit log, which only grows."""
+
+    def __init__(self, server: PostgresServer, dirs: JobDirs):
+        super().__init__(daemon=True)
+        self.server, self.dirs = server, dirs
+        self.violations: list[str] = []
+        self.samples = 0
+        self._done = threading.Event()
+
+    def run(self) -> None:
+        while not self._done.wait(0.2):
+            self.check()
+
+    def check(self) -> None:
+        confirmed = slots(self.server).get(slot_of(self.dirs))
+        end = last_committed_end(self.dirs)
+        if confirmed is not None and end is not None:
+            self.samples += 1
+            if confirmed > end:
+                self.violations.append(f"slot at {confirmed:X} > committed end {end:X}")
+
+    def stop(self) -> None:
+        self._done.set()
+        self.join(10)
+
+
+def slot_of(dirs: JobDirs) -> str:
+    """The slot (and publication) the job makes for its checkpoint."""
+    return default_slot_name(f"{dirs.checkpoint}/source", SOURCE_NAME)
+
+
+def teardown(server: PostgresServer, table: str, dirs: JobDirs) -> str:
+    result = run_command(cdc_command(server, table, dirs, "--teardown"))
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+# --- the raw change stream ---------------------------------------------------------------
+
+
+def committed_changes(output: Path) -> list[dict]:
+    """The change rows of the files Spark's file sink committed (listed in its log)."""
+    files: set[str] = set()
+    log_dir = output / "_spark_metadata"
+    for log_file in sorted(log_dir.iterdir()) if log_dir.exists() else ():
+        if log_file.name.startswith("."):
+            continue
+        for line in log_file.read_text().splitlines()[1:]:
+            files.add(json.loads(line)["path"].removeprefix("file://"))
+    if not files:
+        return []
+    return ds.dataset(sorted(files), format="parquet").to_table().to_pylist()
+
+
+def check_change_stream(changes: list[dict], expected: dict[int, Account]) -> dict[str, int]:
+    """Per key, ordered by (_lsn, _seq): a snapshot image or an insert first, then versions
+    one apart (no change lost, none twice), a delete only last; replayed, the rows equal
+    ``expected``. Returns counts of what was seen, so a test can tell it was not trivial."""
+    by_key: dict[int, list[dict]] = defaultdict(list)
+    for row in changes:
+        by_key[row["id"]].append(row)
+    problems: list[str] = []
+    replayed: dict[int, Account] = {}
+    for key, rows in by_key.items():
+        rows.sort(key=lambda r: (r["_lsn"], r["_seq"]))
+        marks = [(r["_lsn"], r["_seq"]) for r in rows]
+        if len(set(marks)) != len(marks):
+            problems.append(f"key {key}: a change emitted twice: {_show(rows)}")
+            continue
+        if rows[0]["_op"] not in ("snapshot", "insert"):
+            problems.append(f"key {key}: starts with {rows[0]['_op']}: {_show(rows)}")
+            continue
+        if any(r["_op"] == "snapshot" for r in rows[1:]):
+            problems.append(f"key {key}: a second snapshot image: {_show(rows)}")
+            continue
+        versions = [r["version"] for r in rows if r["_op"] != "delete"]
+        deletes = [i for i, r in enumerate(rows) if r["_op"] == "delete"]
+        if versions != list(range(versions[0], versions[0] + len(versions))):
+            problems.append(f"key {key}: versions {versions}: {_show(rows)}")
+        elif deletes and deletes != [len(rows) - 1]:
+            problems.append(f"key {key}: a change after its delete: {_show(rows)}")
+        last = rows[-1]
+        if last["_op"] != "delete":
+            replayed[key] = Account(
+                last["version"], last["balance"], last["note"], last["updated_at"]
+            )
+    assert not problems, f"{len(problems)} keys wrong:\n" + "\n".join(problems[:20])
+    missing = sorted(set(expected) - set(replayed))
+    extra = sorted(set(replayed) - set(expected))
+    differ = sorted(k for k in set(expected) & set(replayed) if expected[k] != replayed[k])
+    assert not (missing or extra or differ), (
+        f"replayed stream != table: missing {missing[:10]}, extra {extra[:10]}, "
+        f"different {[(k, expected[k], replayed[k]) for k in differ[:5]]}"
+    )
+    counts: dict[str, int] = defaultdict(int)
+    for row in changes:
+        counts[row["_op"]] += 1
+    transactions = defaultdict(set)
+    for row in changes:
+        if row["_op"] == "update":
+            transactions[row["_lsn"]].add(row["id"])
+    counts["pairs"] = sum(len(ids) == 2 for ids in transactions.values())
+    return dict(counts)
+
+
+def _show(rows: list[dict]) -> list[tuple]:
+    return [(r["_op"], r["version"], r["_lsn"], r["_seq"]) for r in rows]
+
+
+def assert_seen_every_kind(counts: dict[str, int]) -> None:
+    assert counts.get("snapshot", 0) >= ROWS // 2, counts
+    for kind in ("insert", "update", "delete", "pairs"):
+        assert counts.get(kind, 0) > 0, (kind, counts)
+
+
+# --- the tests ---------------------------------------------------------------------------
+
+
+def test_snapshot_is_backlog_changelog_live_and_the_raw_stream_is_exactly_once(
+    server, accounts, dirs
+):
+    """(a), (b) and (d): one run while the writer changes the table during the snapshot."""
+    writer = ChangeWriter(server.url, accounts, transactions_per_s=40, seed=1).start()
+    watch = SlotWatch(server, dirs)
+    try:
+        run_and_check_phases(server, accounts, dirs, writer, watch)
+    finally:
+        writer.stop()
+        if watch.is_alive():
+            watch.stop()
+    # Teardown leaves neither slot nor publication, and finds nothing a second time.
+    assert "dropped replication slot" in teardown(server, accounts, dirs)
+    assert slot_of(dirs) not in slots(server) and slot_of(dirs) not in publications(server)
+    assert "no replication slot" in teardown(server, accounts, dirs)
+
+
+def run_and_check_phases(server, accounts, dirs, writer, watch) -> None:
+    job = start_job(
+        server,
+        accounts,
+        dirs,
+        "--changes-output",
+        str(changes_output(dirs)),
+        "--stop-when-idle",
+        "3s",
+        conf=job_conf(dirs, "cdc-phases"),
+    )
+    watch.start()
+    try:
+        wait_for(
+            lambda: sum(not r["is_backlog"] for r in checkpoints(dirs)) >= 2,
+            "2 live checkpoints",
+            150,
+            job,
+            poll_s=0.3,
+        )
+        writer.stop()
+        finish(job, 90)
+    finally:
+        if job.poll() is None:
+            kill_hard(job)
+    watch.stop()
+    watch.check()
+    assert not watch.violations, watch.violations
+    assert watch.samples > 5
+
+    rows = checkpoints(dirs)
+    phases = [r["is_backlog"] for r in rows]
+    backlog = phases.count(True)
+    assert backlog >= 3 and phases == [True] * backlog + [False] * (len(phases) - backlog), phases
+    assert [t["is_backlog"] for t in transitions(dirs)] == [True, False]
+    assert {r["effective_interval_ms"] for r in rows if r["is_backlog"]} == {BACKLOG_INTERVAL_MS}
+    assert {r["effective_interval_ms"] for r in rows if not r["is_backlog"]} == {INTERVAL_MS}
+    # The metrics' phase is the source's: snapshot batches are backlog, changelog ones live.
+    for row in rows:
+        assert (offset(dirs, row["batch_id"])["phase"] == "snapshot") == row["is_backlog"], row
+    assert max(r["num_input_rows"] for r in rows if r["is_backlog"]) <= MAX_BATCH_ROWS
+
+    counts = check_change_stream(
+        committed_changes(changes_output(dirs)), table_rows(server.url, accounts)
+    )
+    assert_seen_every_kind(counts)
+    # The slot moved past its start, and only ever to a committed batch's end.
+    confirmed = slots(server)[slot_of(dirs)]
+    ends = {parse_lsn(offset(dirs, b)["lsn"]) for b in committed(dirs)}
+    start = parse_lsn(json.loads((dirs.checkpoint / "source/cdc/start.json").read_text())["lsn"])
+    assert confirmed > start and confirmed in ends, (confirmed, start, sorted(ends))
+    assert slot_of(dirs) in publications(server)
+
+
+def test_merged_into_a_table_equal_to_the_source_then_a_truncate_fails_the_query(
+    server, accounts, dirs
+):
+    """(b) with --target (a table in the same database), then (e) TRUNCATE in the changelog."""
+    copy = f"{accounts}_copy"
+    writer = ChangeWriter(server.url, accounts, transactions_per_s=40, seed=2).start()
+    job = start_job(
+        server,
+        accounts,
+        dirs,
+        "--target",
+        server.url,
+        "--target-table",
+        copy,
+        "--timeout",
+        "150s",
+        conf=job_conf(dirs, "cdc-merge"),
+    )
+    try:
+        try:
+            wait_for(
+                lambda: any(not r["is_backlog"] for r in checkpoints(dirs)),
+                "a live checkpoint",
+                150,
+                job,
+            )
+        finally:
+            writer.stop()
+        source = table_rows(server.url, accounts)
+        assert writer.transactions > 0 and writer.failures == 0
+        wait_for(lambda: table_rows(server.url, copy) == source, "the copy to match", 60, job)
+
+        execute(server, f"TRUNCATE {accounts}")
+        assert job.wait(60) != 0
+        failure = log_of(job)
+        assert f"table public.{accounts} was truncated" in failure, failure[-4000:]
+        assert "backlog-cdc-job: the query failed" in failure
+        # The copy is as it was: the truncate was not taken for deletes.
+        assert table_rows(server.url, copy) == source
+    finally:
+        if job.poll() is None:
+            kill_hard(job)
+        teardown(server, accounts, dirs)
+
+
+def test_killed_in_the_snapshot_at_the_switch_and_in_the_changelog(server, accounts, dirs):
+    """(c): each restart on the same checkpoint; the raw stream holds every change once, and
+    the slot is never past the last committed batch's end."""
+    conf = job_conf(dirs, "cdc-kills")
+    output = ["--changes-output", str(changes_output(dirs))]
+    writer = ChangeWriter(server.url, accounts, transactions_per_s=30, seed=3).start()
+    kills = []
+
+    def kill_when(condition, what: str, job: subprocess.Popen) -> None:
+        position = wait_for(condition, what, 150, job, poll_s=0.05)
+        kill_hard(job)
+        end, confirmed = last_committed_end(dirs), slots(server).get(slot_of(dirs))
+        assert end is None or confirmed is None or confirmed <= end, (what, confirmed, end)
+        kills.append((what, position, committed(dirs)[-1:]))
+
+    try:
+        job = start_job(server, accounts, dirs, *output, conf=conf)
+        # In the snapshot: a batch of chunks in flight after one committed.
+        kill_when(
+            lambda: (
+                committed(dirs)
+                and (p := in_flight(dirs)) is not None
+                and p["phase"] == "snapshot"
+                and not p.get("done")
+                and p
+            ),
+            "a snapshot batch in flight",
+            job,
+        )
+        assert not any(offset(dirs, b).get("done") for b in planned(dirs)), "past the snapshot"
+
+        job = start_job(server, accounts, dirs, *output, conf=conf)
+        # At the switch: the first changelog batch planned, right away.
+        kill_when(
+            lambda: next(
+                (p for b in planned(dirs) if (p := offset(dirs, b))["phase"] == "changelog"),
+                None,
+            ),
+            "the first changelog batch",
+            job,
+        )
+
+        job = start_job(server, accounts, dirs, *output, conf=conf)
+        first_live = len(committed(dirs))
+        # In the changelog: a batch in flight after two more committed.
+        kill_when(
+            lambda: (
+                len(committed(dirs)) >= first_live + 2
+                and (p := in_flight(dirs)) is not None
+                and p["phase"] == "changelog"
+                and p
+            ),
+            "a changelog batch in flight",
+            job,
+        )
+    finally:
+        writer.stop()
+    assert writer.failures == 0
+
+    job = start_job(server, accounts, dirs, *output, "--stop-when-idle", "3s", conf=conf)
+    finish(job, 120)
+    try:
+        assert len({r["run_id"] for r in checkpoints(dirs)}) >= 3, kills
+        counts = check_change_stream(
+            committed_changes(changes_output(dirs)), table_rows(server.url, accounts)
+        )
+        assert_seen_every_kind(counts)
+        assert slots(server)[slot_of(dirs)] <= last_committed_end(dirs)
+    finally:
+        teardown(server, accounts, dirs)
+
+
+def test_refusals_before_any_batch(server, postgres_server, dirs):
+    """(e): each refused by name on stderr with a non-zero exit, nothing started."""
+    execute(server, "CREATE TABLE no_key (id int, note text)")
+    plain = "accounts_plain"
+    create_accounts(postgres_server.url, plain, 10)
+    before = (slots(server), publications(server))
+    password = server.url.replace("postgres@", "postgres:s3cret-word@")
+    cases = [
+        (server.url, "no_key", "table public.no_key has no primary key"),
+        (postgres_server.url, plain, "wal_level is 'replica'"),
+        (password, "accounts_x", "carries a password"),
+    ]
+    for connection, table, message in cases:
+        command = [JOB, "--connection", connection, "--table", table]
+        command += ["--checkpoint", str(dirs.checkpoint), "--changes-output", str(dirs.output)]
+        result = run_command(command)
+        assert result.returncode != 0, (table, result)
+        assert message in result.stderr, (message, result.stderr)
+        assert "s3cret-word" not in result.stdout + result.stderr
+        assert not (dirs.checkpoint / "spark").exists() and not dirs.output.exists()
+    assert (slots(server), publications(server)) == before
+    assert slots(postgres_server) == {}
