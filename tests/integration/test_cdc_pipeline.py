@@ -338,7 +338,7 @@ def test_snapshot_as_backlog_then_live_merged_into_a_copy_until_a_truncate(serve
         "--target-table",
         copy,
         "--timeout",
-        "200s",
+        "300s",
         conf=job_conf(dirs, "cdc-merge"),
     )
     watch.start()
