@@ -31,28 +31,29 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-import sqlalchemy
-from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from sqlalchemy.engine import make_url
 
-from spark_jobs.backlog.config import ConfigError
-from spark_jobs.backlog.secrets import SPARK_REDACTION_REGEX, redact_text
-from spark_jobs.backlog.values import count_argument, duration_argument
+from spark_jobs.backlog.values import count_argument
 from spark_jobs.coordinator.runtime import BacklogRuntime
+from spark_jobs.jobs.cli import (
+    REFUSED,
+    add_run_arguments,
+    check_run_arguments,
+    run_command,
+    spark_session,
+)
 from spark_jobs.jobs.events_pipeline import STATE_STORE
 from spark_jobs.jobs.merge_sink import MergeSink
-from spark_jobs.jobs.startup import JavaMissing, prepare_driver_environment, require_java
-from spark_jobs.metrics.lease import LeaseHeld, LeaseLost
-from spark_jobs.metrics.schema import installed_postgres_driver, with_password
+from spark_jobs.metrics.schema import with_password
 from spark_jobs.sources.cdc.child import (
     DEFAULT_CHUNK_ROWS,
+    checked_table,
     connection_url,
     default_slot_name,
-    describe,
     teardown,
 )
+from spark_jobs.sources.cdc.slot import SlotError
 from spark_jobs.sources.cdc.table import TableShape
 from spark_jobs.sources.children import ChildSpecError
 from spark_jobs.sources.storage import resolve_uri
@@ -79,26 +80,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--target-table", help="default: the source table's name")
     parser.add_argument("--checkpoint", required=True, help="checkpoint directory")
     parser.add_argument("--shuffle-partitions", type=count_argument, default=2)
-    parser.add_argument(
-        "--static-trigger",
-        type=duration_argument,
-        help="run with this fixed trigger instead of backlog-aware checkpointing (a baseline)",
-    )
-    parser.add_argument(
-        "--static-max-rows", type=count_argument, help="per-batch row limit for --static-trigger"
-    )
-    parser.add_argument(
-        "--stop-when-idle", type=duration_argument, help="stop once live and without data this long"
-    )
-    parser.add_argument("--timeout", type=duration_argument, help="stop after this long")
+    add_run_arguments(parser)
     parser.add_argument(
         "--teardown",
         action="store_true",
         help="drop the replication slot and publication of this checkpoint's query and exit "
         "(the query is gone for good: delete its checkpoint too)",
-    )
-    parser.add_argument(
-        "--conf", action="append", default=[], metavar="KEY=VALUE", help="Spark conf"
     )
     args = parser.parse_args(argv)
     if not args.teardown:
@@ -108,11 +95,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
             parser.error("--target and --changes-output exclude each other; give one")
     if args.target_table and args.target is None and not args.teardown:
         parser.error("--target-table needs --target")
-    if args.static_max_rows and args.static_trigger is None:
-        parser.error("--static-max-rows needs --static-trigger")
-    for item in args.conf:
-        if "=" not in item:
-            parser.error(f"--conf {item!r}: expected KEY=VALUE")
+    check_run_arguments(parser, args)
     return args
 
 
@@ -146,24 +129,8 @@ def drop_slot(args: argparse.Namespace) -> str:
 
 
 def check_source(args: argparse.Namespace) -> TableShape:
-    """The table's shape, after refusing what the source would refuse once Spark runs: a
-    password in the URL, an unreachable server, a table it cannot chunk, a server whose
-    wal_level is not logical."""
-    url = connection_url(SOURCE_NAME, args.connection)
-    shape = describe(SOURCE_NAME, url, args.table)
-    engine = sqlalchemy.create_engine(installed_postgres_driver(make_url(url)))
-    try:
-        with engine.connect() as connection:
-            level = connection.execute(sqlalchemy.text("SHOW wal_level")).scalar_one()
-    finally:
-        engine.dispose()
-    if level != "logical":
-        raise ChildSpecError(
-            f"child source {SOURCE_NAME!r}: wal_level is {level!r} on {redact_text(url)}; "
-            "reading changes needs wal_level = logical (set it in postgresql.conf and restart "
-            "the server)"
-        )
-    return shape
+    """The table's shape, after refusing what the source would refuse once Spark runs."""
+    return checked_table(SOURCE_NAME, connection_url(SOURCE_NAME, args.connection), args.table)
 
 
 def latest_rows(changes: DataFrame, key: list[str]) -> DataFrame:
@@ -191,12 +158,7 @@ def latest_rows(changes: DataFrame, key: list[str]) -> DataFrame:
 
 def run(args: argparse.Namespace) -> None:
     key = list(check_source(args).key)
-    builder = SparkSession.builder.appName("backlog-cdc").config(
-        "spark.redaction.regex", SPARK_REDACTION_REGEX
-    )
-    for item in args.conf:
-        builder = builder.config(*item.split("=", 1))
-    spark = builder.getOrCreate()
+    spark = spark_session("backlog-cdc", args)
     try:
         runtime = BacklogRuntime(spark)
         signal.signal(signal.SIGTERM, lambda _signum, _frame: runtime.stop())
@@ -248,23 +210,14 @@ def changes_writer(changes: DataFrame, args: argparse.Namespace) -> Any:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    prepare_driver_environment()
-    try:
-        if args.teardown:
+    if args.teardown:
+        try:
             print(f"backlog-cdc-job: {drop_slot(args)}")
-            return 0
-        require_java()
-        run(args)
-    except (ConfigError, JavaMissing, LeaseHeld, ChildSpecError) as error:
-        print(f"backlog-cdc-job: {error}", file=sys.stderr)
-        return 2
-    except StreamingQueryException as error:
-        print(f"backlog-cdc-job: the query failed: {error}", file=sys.stderr)
-        return 1
-    except LeaseLost as error:
-        print(f"backlog-cdc-job: {error}", file=sys.stderr)
-        return 3
-    return 0
+        except (ChildSpecError, SlotError) as error:
+            print(f"backlog-cdc-job: {error}", file=sys.stderr)
+            return REFUSED
+        return 0
+    return run_command("backlog-cdc-job", lambda: run(args), refusals=(ChildSpecError,))
 
 
 if __name__ == "__main__":

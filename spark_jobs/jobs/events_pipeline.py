@@ -24,13 +24,10 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
-from spark_jobs.backlog.config import ConfigError
-from spark_jobs.backlog.secrets import SPARK_REDACTION_REGEX
 from spark_jobs.backlog.values import (
     DURATION_FORMAT,
     count_argument,
@@ -39,8 +36,7 @@ from spark_jobs.backlog.values import (
     processing_time,
 )
 from spark_jobs.coordinator.runtime import BacklogRuntime
-from spark_jobs.jobs.startup import JavaMissing, prepare_driver_environment, require_java
-from spark_jobs.metrics.lease import LeaseHeld, LeaseLost
+from spark_jobs.jobs.cli import add_run_arguments, check_run_arguments, run_command, spark_session
 from spark_jobs.sources.storage import resolve_uri
 
 logger = logging.getLogger("spark_jobs.jobs.events_pipeline")
@@ -101,33 +97,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="rows per Spark task of the source (its rowsPerPartition; default 250000): "
         "max-batch-rows divided by the cores keeps every core reading a capped batch",
     )
-    parser.add_argument(
-        "--static-trigger",
-        type=duration_argument,
-        help="run with this fixed trigger instead of backlog-aware checkpointing (a baseline)",
-    )
-    parser.add_argument(
-        "--static-max-rows", type=count_argument, help="per-batch row limit for --static-trigger"
-    )
-    parser.add_argument(
-        "--stop-when-idle", type=duration_argument, help="stop once live and without data this long"
-    )
-    parser.add_argument(
-        "--timeout", type=duration_argument, help="stop after this long in any case"
-    )
-    parser.add_argument(
-        "--conf",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="Spark conf for the console command (spark-submit takes its own --conf)",
-    )
+    add_run_arguments(parser)
     args = parser.parse_args(argv)
-    if args.static_max_rows and args.static_trigger is None:
-        parser.error("--static-max-rows needs --static-trigger")
-    for item in args.conf:
-        if "=" not in item:
-            parser.error(f"--conf {item!r}: expected KEY=VALUE")
+    check_run_arguments(parser, args)
     return args
 
 
@@ -206,14 +178,7 @@ def windowed_totals(events: DataFrame, args: argparse.Namespace) -> DataFrame:
 
 
 def run(args: argparse.Namespace) -> None:
-    # Spark's UI and event log hide our secrets too (a password inside a metrics URL).
-    builder = SparkSession.builder.appName("backlog-events").config(
-        "spark.redaction.regex", SPARK_REDACTION_REGEX
-    )
-    for item in args.conf:
-        key, value = item.split("=", 1)
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    spark = spark_session("backlog-events", args)
     try:
         runtime = BacklogRuntime(spark)
         # SIGTERM (a pod's or a scheduler's stop) ends the run after a commit, delivering
@@ -337,20 +302,7 @@ def start(runtime: BacklogRuntime, writer: DataStreamWriter, args: argparse.Name
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    prepare_driver_environment()
-    try:
-        require_java()
-        run(args)
-    except (ConfigError, JavaMissing, LeaseHeld) as error:
-        print(f"backlog-events-job: {error}", file=sys.stderr)
-        return 2
-    except StreamingQueryException as error:
-        print(f"backlog-events-job: the query failed: {error}", file=sys.stderr)
-        return 1
-    except LeaseLost as error:
-        print(f"backlog-events-job: {error}", file=sys.stderr)
-        return 3
-    return 0
+    return run_command("backlog-events-job", lambda: run(args))
 
 
 if __name__ == "__main__":

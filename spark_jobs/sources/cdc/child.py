@@ -171,12 +171,7 @@ class PostgresCdcChild(ChildSource):
             )
         slot = spec_field(spec, "slot", str, default_slot_name(context.state_location, name))
         publication = spec_field(spec, "publication", str, slot)
-        try:
-            ReplicationSlot(url, slot, publication, table).close()
-        except ValueError as error:
-            field = "slot" if "slot name" in str(error) else "publication"
-            raise ChildSpecError(f"child source {name!r}: field {field!r}: {error}") from None
-        shape = describe(name, url, table)
+        shape = checked_table(name, url, table, slot, publication)
         _check_schema(name, shape, context.schema)
         state = StateDirectory(f"{resolve_uri(context.state_location)}/{name}")
         return cls(name, url, table, chunk_rows, slot, publication, state, shape)
@@ -337,6 +332,27 @@ def teardown(url: str, slot: str, publication: str, table: str) -> bool:
 
 def _chunk_file(index: int, suffix: str) -> str:
     return f"{index:08d}.{suffix}"
+
+
+def checked_table(
+    child: str, url: str, table: str, slot: str = "unnamed", publication: str = "unnamed"
+) -> TableShape:
+    """The table's shape, after refusing by name what would fail later: a slot or
+    publication name PostgreSQL would refuse, a server that does not decode changes, a
+    table that cannot be read in chunks, a server that does not answer."""
+    try:
+        probe = ReplicationSlot(url, slot, publication, table)
+    except ValueError as error:
+        field = "slot" if "slot name" in str(error) else "publication"
+        raise ChildSpecError(f"child source {child!r}: field {field!r}: {error}") from None
+    try:
+        shape = describe(child, url, table)
+        probe.check_server()
+    except SlotError as error:
+        raise ChildSpecError(f"child source {child!r}: {error}") from None
+    finally:
+        probe.close()
+    return shape
 
 
 def describe(child: str, url: str, table: str) -> TableShape:

@@ -77,17 +77,17 @@ class ReplicationSlot:
             pool_pre_ping=True,
         )
 
+    def check_server(self) -> None:
+        """Refuse a server that cannot decode changes, before anything is created."""
+        with self._connection() as connection:
+            self._check_wal_level(connection)
+
     def ensure(self) -> None:
         """Check that the server can decode, then create the publication and the slot if
         missing. Creating a slot waits for the transactions in progress to end: its first
         change is the first to commit after them."""
         with self._connection() as connection:
-            level = connection.execute(text("SHOW wal_level")).scalar_one()
-            if level != "logical":
-                raise SlotError(
-                    f"wal_level is {level!r} on {self.where}; reading changes needs "
-                    "wal_level = logical (set it in postgresql.conf and restart the server)"
-                )
+            self._check_wal_level(connection)
             published = connection.execute(
                 text("SELECT 1 FROM pg_publication WHERE pubname = :publication"),
                 {"publication": self.publication},
@@ -201,6 +201,14 @@ class ReplicationSlot:
                 "are missing; drop the slot and read the table afresh"
             )
         return dict(row._mapping)
+
+    def _check_wal_level(self, connection: sqlalchemy.Connection) -> None:
+        level = connection.execute(text("SHOW wal_level")).scalar_one()
+        if level != "logical":
+            raise SlotError(
+                f"wal_level is {level!r} on {self.where}; reading changes needs "
+                "wal_level = logical (set it in postgresql.conf and restart the server)"
+            )
 
     def _table(self) -> str:
         """``table`` or ``schema.table``, each part quoted as PostgreSQL needs."""

@@ -20,7 +20,7 @@ from spark_jobs.sources.cdc.child import (
     teardown,
 )
 from spark_jobs.sources.cdc.lsn import format_lsn
-from spark_jobs.sources.cdc.slot import ReplicationSlot, SlotError
+from spark_jobs.sources.cdc.slot import ReplicationSlot
 from spark_jobs.sources.children import ChildSpecError
 from spark_jobs.sources.hybrid import HybridStreamReader
 from spark_jobs.sources.postgres_cdc import PostgresCdcDataSource
@@ -267,7 +267,7 @@ def test_a_schema_column_the_table_lacks_is_named(logical_server, filled, tmp_pa
         HybridStreamReader(options, schema)
 
 
-def test_a_server_without_logical_wal_is_refused_at_the_start(postgres_server, tmp_path):
+def test_a_server_without_logical_wal_is_refused_before_the_query_starts(postgres_server, tmp_path):
     engine = make_engine(postgres_server.url)
     write(engine, "CREATE TABLE t (id int PRIMARY KEY)")
     engine.dispose()
@@ -275,9 +275,8 @@ def test_a_server_without_logical_wal_is_refused_at_the_start(postgres_server, t
         "sources": json.dumps([spec(postgres_server, "t")]),
         "stateLocation": str(tmp_path),
     }
-    reader = HybridStreamReader(options, StructType([StructField("id", LongType())]))
-    with pytest.raises(SlotError, match="wal_level is 'replica'"):
-        reader.initialOffset()
+    with pytest.raises(ChildSpecError, match="child source 'accounts': wal_level is 'replica'"):
+        HybridStreamReader(options, StructType([StructField("id", LongType())]))
 
 
 def test_the_format_takes_its_schema_from_the_table(logical_server, filled):

@@ -1,0 +1,85 @@
+"""What the pipelines' console commands share: how a run is paced and stopped, its Spark
+session, and what each way of ending means as an exit code."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+
+from pyspark.errors import StreamingQueryException
+from pyspark.sql import SparkSession
+
+from spark_jobs.backlog.config import ConfigError
+from spark_jobs.backlog.secrets import SPARK_REDACTION_REGEX
+from spark_jobs.backlog.values import count_argument, duration_argument
+from spark_jobs.jobs.startup import JavaMissing, prepare_driver_environment, require_java
+from spark_jobs.metrics.lease import LeaseHeld, LeaseLost
+
+#: Exit codes: refused before anything ran, the query failed, the lease was lost.
+REFUSED, FAILED, LEASE_LOST = 2, 1, 3
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """The baseline trigger, when to stop, and Spark conf for the console command."""
+    parser.add_argument(
+        "--static-trigger",
+        type=duration_argument,
+        help="run with this fixed trigger instead of backlog-aware checkpointing (a baseline)",
+    )
+    parser.add_argument(
+        "--static-max-rows", type=count_argument, help="per-batch row limit for --static-trigger"
+    )
+    parser.add_argument(
+        "--stop-when-idle", type=duration_argument, help="stop once live and without data this long"
+    )
+    parser.add_argument(
+        "--timeout", type=duration_argument, help="stop after this long in any case"
+    )
+    parser.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="Spark conf for the console command (spark-submit takes its own --conf)",
+    )
+
+
+def check_run_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.static_max_rows and args.static_trigger is None:
+        parser.error("--static-max-rows needs --static-trigger")
+    for item in args.conf:
+        if "=" not in item:
+            parser.error(f"--conf {item!r}: expected KEY=VALUE")
+
+
+def spark_session(app_name: str, args: argparse.Namespace) -> SparkSession:
+    """The session, with ``--conf`` applied; Spark's UI and event log hide our secrets too
+    (a password inside a URL)."""
+    builder = SparkSession.builder.appName(app_name).config(
+        "spark.redaction.regex", SPARK_REDACTION_REGEX
+    )
+    for item in args.conf:
+        builder = builder.config(*item.split("=", 1))
+    return builder.getOrCreate()
+
+
+def run_command(
+    prog: str, run: Callable[[], None], refusals: tuple[type[Exception], ...] = ()
+) -> int:
+    """Run a pipeline after the driver's checks; its ending as an exit code, with the
+    reason on stderr."""
+    prepare_driver_environment()
+    try:
+        require_java()
+        run()
+    except (ConfigError, JavaMissing, LeaseHeld, *refusals) as error:
+        print(f"{prog}: {error}", file=sys.stderr)
+        return REFUSED
+    except StreamingQueryException as error:
+        print(f"{prog}: the query failed: {error}", file=sys.stderr)
+        return FAILED
+    except LeaseLost as error:
+        print(f"{prog}: {error}", file=sys.stderr)
+        return LEASE_LOST
+    return 0
