@@ -9,7 +9,8 @@ backlog and live data), injects its faults, lets the job finish, and compares th
 a batch recomputation over every event written. A fault counts a trial's lost and
 duplicated events, and whether the job recovered (it finished cleanly and every batch it
 committed has its metrics row). The last line printed is one JSON object, per fault:
-``trials``, ``lost``, ``duplicated``, ``recovered``.
+``trials``, ``lost``, ``duplicated``, ``recovered``. The campaign exits non-zero if a trial
+did not recover, lost or duplicated an event, or left a window with a wrong sum of amounts.
 
 Kinds of trials and their faults:
 
@@ -46,6 +47,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pandas as pd
 import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -114,6 +116,11 @@ class TrialResult:
     lost: int
     duplicated: int
     compared: int
+    produced: int = 0
+    #: Events in windows the sink holds once but with another sum of amounts.
+    wrong_amounts: int = 0
+    #: How far the final watermark stayed behind the last event written.
+    watermark_behind_s: float = 0.0
     note: str = ""
 
 
@@ -423,14 +430,26 @@ def run_trial(
         inputs = Inputs(run.history, None, broker.bootstrap_servers, TOPIC)
         marks = [c.watermark for c in run.checkpoints() if c.watermark is not None]
         output = committed_output(run.root / "output")
-        result = compare(output, all_input(inputs), WINDOW_S, max(marks, default=EPOCH))
+        events = all_input(inputs)
+        result = compare(output, events, WINDOW_S, max(marks, default=EPOCH))
+        last_event = pd.Timestamp(events["event_time"].max()).to_pydatetime()
+        watermark_behind_s = (last_event - result.watermark).total_seconds()
     recorded = [c.batch_id for c in run.checkpoints()]
     unrecorded = unrecorded_batches(run.root / "checkpoint" / "spark", recorded)
     if unrecorded:
         missing = f"committed without a metrics row: batches {unrecorded}"
         recovered, note = False, f"{note}; {missing}" if note else missing
     return TrialResult(
-        kind, faults, recovered, result.lost, result.duplicated, result.compared, note
+        kind,
+        faults,
+        recovered,
+        result.lost,
+        result.duplicated,
+        result.compared,
+        result.produced,
+        result.wrong_amounts,
+        watermark_behind_s,
+        note,
     )
 
 
@@ -497,15 +516,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             result = run_trial(kind, index, args.workdir.resolve(), args.events, rng, url)
             outcome = "recovered" if result.recovered else f"NOT recovered: {result.note}"
             say(
-                f"  {result.compared:,} events compared: lost {result.lost}, "
-                f"duplicated {result.duplicated}, {outcome}"
+                f"  {result.compared:,} of {result.produced:,} events compared: lost "
+                f"{result.lost}, duplicated {result.duplicated}, wrong amounts "
+                f"{result.wrong_amounts}, final watermark {result.watermark_behind_s:.0f} s "
+                f"before the last event, {outcome}"
             )
             results.append(result)
     faults = summary(results)
     for line in table(faults):
         say(line)
     print(json.dumps(faults, sort_keys=True), flush=True)
-    clean = all(r.recovered and r.lost == r.duplicated == 0 for r in results)
+    clean = all(r.recovered and r.lost == r.duplicated == r.wrong_amounts == 0 for r in results)
     return 0 if clean else 1
 
 

@@ -145,12 +145,15 @@ def topic_values(bootstrap_servers: str, topic: str) -> list[bytes]:
             ends[partition] = high
         consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
         values: list[bytes] = []
+        left = sum(ends.values())
         while any(end > 0 for end in ends.values()):
-            for message in consumer.consume(10_000, timeout=10):
+            # No more than are left: consume() waits out its timeout for a batch it cannot fill.
+            for message in consumer.consume(max(1, min(10_000, left)), timeout=10):
                 if message.error() is not None:
                     raise RuntimeError(f"reading {topic}: {message.error()}")
                 if message.offset() < ends[message.partition()]:
                     values.append(message.value())
+                    left -= 1
                     if message.offset() == ends[message.partition()] - 1:
                         ends[message.partition()] = 0
         return values

@@ -1,7 +1,14 @@
 """A small fault campaign, as `scripts/chaos` runs it: one trial of each kind, faults
-injected for real, and nothing lost or duplicated."""
+injected for real, and nothing lost or duplicated.
+
+The kills trial is also the suite's files-then-Kafka run killed in each phase (the file
+phase, the lag-held backlog on the topic, live), and the malformed trial its quarantine of
+bad files and topic values: their workspaces are read here for the job's transitions and
+what was set aside."""
 
 import json
+import re
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +28,31 @@ FAULTS = {
     "malformed-files",
     "malformed-records",
 }
+COMPARED = re.compile(
+    r"^\s+([\d,]+) of ([\d,]+) events compared: lost (\d+), duplicated (\d+), "
+    r"wrong amounts (\d+), final watermark (-?\d+) s before the last event, recovered$"
+)
+
+
+def sqlite_rows(database: Path, query: str) -> list[tuple]:
+    connection = sqlite3.connect(database)
+    try:
+        return connection.execute(query).fetchall()
+    finally:
+        connection.close()
+
+
+def comparisons(output: str) -> dict[str, tuple[int, ...]]:
+    """Per kind of trial: events compared, produced, lost, duplicated, with wrong amounts,
+    and how many seconds the final watermark stayed behind the last event."""
+    found: dict[str, tuple[int, ...]] = {}
+    kind = None
+    for line in output.splitlines():
+        if line.startswith("["):
+            kind = line[1:].split()[0]
+        elif (match := COMPARED.match(line)) and kind is not None:
+            found[kind] = tuple(int(group.replace(",", "")) for group in match.groups())
+    return found
 
 
 def test_one_trial_of_each_kind_loses_and_duplicates_nothing(tmp_path, postgres_server):
@@ -56,3 +88,40 @@ def test_one_trial_of_each_kind_loses_and_duplicates_nothing(tmp_path, postgres_
         assert counts == {"trials": 1, "lost": 0, "duplicated": 0, "recovered": 1}, fault
     # The table a person reads holds the same numbers.
     assert "sigkill-kafka-backlog" in output and "recovered" in output
+
+    # Each trial's sink equals the batch recomputation, sums of amounts included; for the
+    # kills and the malformed input, over at least half of what was produced, with the
+    # final watermark near the last event (a job stuck early would compare nearly nothing).
+    compared = comparisons(output)
+    assert set(compared) == {"kills", "database", "skew", "broker", "malformed"}, output
+    for kind, (events, produced, lost, duplicated, wrong, behind_s) in compared.items():
+        assert (lost, duplicated, wrong) == (0, 0, 0), kind
+        if kind in ("kills", "malformed"):
+            assert events >= 0.5 * produced, (kind, events, produced)
+            assert behind_s <= 60, (kind, behind_s)
+
+    # Killed in the file phase, in the topic's backlog and live: four runs of one job. The
+    # first records the job's first status; the restarts continue it, so the next change
+    # is the switch to live, whichever run made it. The topic piles up while a killed run
+    # restarts: the job may re-enter backlog by its lag then, and leave it again.
+    kills = tmp_path / "kills-0" / "metrics" / "metrics.db"
+    [(runs,)] = sqlite_rows(kills, "SELECT COUNT(DISTINCT run_id) FROM backlog_checkpoints")
+    assert runs == 4
+    twice = "SELECT batch_id FROM backlog_checkpoints GROUP BY batch_id HAVING COUNT(*) > 1"
+    assert sqlite_rows(kills, twice) == [], "a batch was recorded twice"
+    reasons = sqlite_rows(kills, "SELECT is_backlog, reason FROM backlog_transitions ORDER BY at")
+    assert reasons[:2] == [
+        (1, "hybrid-phase: events is in backlog (history)"),
+        (0, "offset-lag: events is live (kafka)"),
+    ]
+    assert reasons[2:] == [
+        (1, "offset-lag: events is in backlog (kafka)"),
+        (0, "offset-lag: events is live (kafka)"),
+    ] * (len(reasons[2:]) // 2)
+
+    # The two broken history files and the four topic values that are no event, each set
+    # aside with its reason (the trial checks that the metrics count all six).
+    set_aside = sorted((tmp_path / "malformed-0" / "bad").rglob("*.jsonl"))
+    reasons = [json.loads(line)["reason"] for p in set_aside for line in p.read_text().splitlines()]
+    assert len(reasons) == 6, reasons
+    assert any("amount is string, not double" in reason for reason in reasons), reasons

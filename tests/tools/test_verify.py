@@ -1,8 +1,11 @@
+import time
 from datetime import UTC, datetime, timedelta
 
 import pandas as pd
+from confluent_kafka import Producer
 
-from tools.verify import compare, windows
+from tools.broker import EmbeddedBroker
+from tools.verify import compare, topic_values, windows
 
 T0 = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
 
@@ -41,3 +44,19 @@ def test_a_window_with_the_right_count_but_another_amount_is_wrong():
     output.loc[0, "amount"] += 1
     result = compare(output, produced, 10, T0 + timedelta(seconds=20))
     assert (result.lost, result.duplicated, result.wrong_amounts) == (0, 0, 1)
+
+
+def test_every_value_of_the_topic_is_read_once_without_waiting_for_more(tmp_path):
+    with EmbeddedBroker(tmp_path / "broker", {"events": 4}) as broker:
+        producer = Producer({"bootstrap.servers": broker.bootstrap_servers})
+        sent = [f"value-{i}".encode() for i in range(12_345)]  # more than one read's batch
+        for i, value in enumerate(sent):
+            producer.produce("events", value=value, partition=i % 4)
+            producer.poll(0)
+        assert producer.flush(30) == 0
+        started = time.monotonic()
+        values = topic_values(broker.bootstrap_servers, "events")
+        took_s = time.monotonic() - started
+    assert sorted(values) == sorted(sent)
+    # The last read asks for what is left, so it does not wait out its 10 s timeout.
+    assert took_s < 5, took_s
