@@ -52,8 +52,9 @@ class Comparison:
         return self.lost == self.duplicated == self.wrong_amounts == 0
 
 
-def committed_output(output: Path) -> pd.DataFrame:
-    """The sink's rows as Spark's file sink commits them: only files its log lists."""
+def committed_files(output: Path) -> list[str]:
+    """The files of Spark's file sink at ``output`` that its log lists: only those hold
+    committed rows (a killed batch may have left others)."""
     files: set[str] = set()
     log_dir = output / "_spark_metadata"
     for log_file in sorted(log_dir.iterdir()) if log_dir.exists() else ():
@@ -61,9 +62,15 @@ def committed_output(output: Path) -> pd.DataFrame:
             continue
         for line in log_file.read_text().splitlines()[1:]:
             files.add(json.loads(line)["path"].removeprefix("file://"))
+    return sorted(files)
+
+
+def committed_output(output: Path) -> pd.DataFrame:
+    """The sink's rows as Spark's file sink commits them: only files its log lists."""
+    files = committed_files(output)
     if not files:
         return normalise(pd.DataFrame(columns=[*KEY, "window_end", "events", "amount"]))
-    table = ds.dataset(sorted(files), format="parquet").to_table()
+    table = ds.dataset(files, format="parquet").to_table()
     return normalise(table.to_pandas())
 
 

@@ -40,6 +40,7 @@ from tests.integration.jobs import (
 )
 from tests.support.postgres import LOGICAL_DECODING, PostgresServer
 from tools.cdc_data import Account, ChangeWriter, create_accounts, table_rows
+from tools.verify import committed_files
 
 JOB = str(Path(sys.executable).parent / "backlog-cdc-job")
 ROWS = 2_000
@@ -244,16 +245,8 @@ def teardown(server: PostgresServer, table: str, dirs: JobDirs) -> str:
 
 def committed_changes(output: Path) -> list[dict]:
     """The change rows of the files Spark's file sink committed (listed in its log)."""
-    files: set[str] = set()
-    log_dir = output / "_spark_metadata"
-    for log_file in sorted(log_dir.iterdir()) if log_dir.exists() else ():
-        if log_file.name.startswith("."):
-            continue
-        for line in log_file.read_text().splitlines()[1:]:
-            files.add(json.loads(line)["path"].removeprefix("file://"))
-    if not files:
-        return []
-    return ds.dataset(sorted(files), format="parquet").to_table().to_pylist()
+    files = committed_files(output)
+    return ds.dataset(files, format="parquet").to_table().to_pylist() if files else []
 
 
 def check_change_stream(changes: list[dict], expected: dict[int, Account]) -> dict[str, int]:
