@@ -68,8 +68,11 @@ def default_slot_name(state_location: str, child: str) -> str:
 
 
 def connection_url(child: str, url: str) -> str:
-    """``url`` with the password from ``BACKLOG_CDC_PASSWORD``; refuses a URL that is not
-    PostgreSQL's or that carries a password itself."""
+    """``url`` (SQLAlchemy's or libpq's form) with the password from
+    ``BACKLOG_CDC_PASSWORD``; refuses a URL that is not PostgreSQL's or that carries a
+    password itself."""
+    if url.startswith("postgres://"):  # libpq's short scheme, which SQLAlchemy does not take
+        url = "postgresql://" + url.removeprefix("postgres://")
     try:
         parsed = make_url(url)
     except ArgumentError:

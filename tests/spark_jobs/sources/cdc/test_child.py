@@ -223,6 +223,9 @@ def test_the_password_comes_from_the_environment(monkeypatch):
     assert connection_url("c", "postgresql://reader@db:5432/shop") == (
         "postgresql://reader:hunter2@db:5432/shop"
     )
+    assert connection_url("c", "postgres://reader@db/shop?sslmode=require") == (
+        "postgresql://reader:hunter2@db/shop?sslmode=require"
+    )
 
 
 @pytest.mark.parametrize(
