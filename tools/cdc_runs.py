@@ -231,7 +231,7 @@ class CdcRun:
         return compare(table_rows(self.url, self.table), table_rows(self.url, self.copy_table))
 
     def drop(self) -> None:
-        """Drop the table and its copy, and remove the run's checkpoint (its chunk files)."""
+        """Drop the table and its copy, and remove the run's checkpoint."""
         engine = make_engine(self.url)
         try:
             with engine.begin() as connection:
@@ -239,4 +239,8 @@ class CdcRun:
                 connection.execute(sa.text(f"DROP TABLE IF EXISTS {self.table} CASCADE"))
         finally:
             engine.dispose()
+        self.remove_checkpoint()
+
+    def remove_checkpoint(self) -> None:
+        """The checkpoint holds the snapshot's chunk files: useless once the server is gone."""
         shutil.rmtree(self.checkpoint, ignore_errors=True)

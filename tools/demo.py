@@ -18,7 +18,7 @@ from collections import Counter
 from spark_jobs.backlog.values import count_argument
 from spark_jobs.jobs.startup import JavaMissing, require_java
 from tools.broker import EmbeddedBroker
-from tools.cdc_runs import CdcRun, cdc_server
+from tools.cdc_runs import CdcRun, Exactness, cdc_server
 from tools.postgres import PostgresUnavailable
 from tools.report import (
     Checkpoint,
@@ -171,16 +171,20 @@ def cdc_demo(args: argparse.Namespace) -> int:
     copy checked against the table. The server and the run's checkpoint are removed after."""
     try:
         require_java()
-        server = cdc_server().start()
+        with cdc_server() as server:
+            say(f"PostgreSQL at {server.url} (its data in a temporary directory)")
+            exactness = _copy_and_follow(args, server.url)
     except (JavaMissing, PostgresUnavailable) as error:
         print(f"scripts/job-demo: {error}", file=sys.stderr)
         return 2
+    say(f"copy of the table: {exactness.verdict()}")
+    return 0 if exactness.exact else 1
+
+
+def _copy_and_follow(args: argparse.Namespace, url: str) -> Exactness:
     workdir = args.workdir.resolve()
+    run = CdcRun("demo-cdc", workdir / "cdc", url, "accounts", fresh_metrics(workdir), CDC_CONF)
     try:
-        say(f"PostgreSQL at {server.url} (its data in a temporary directory)")
-        run = CdcRun(
-            "demo-cdc", workdir / "cdc", server.url, "accounts", fresh_metrics(workdir), CDC_CONF
-        )
         keep_going = for_seconds_after(caught_up, 2 * args.live_seconds)
         checkpoints = run.execute(args.cdc_rows, args.cdc_changes_per_s, 0, keep_going)
         exactness = run.verify()
@@ -189,11 +193,9 @@ def cdc_demo(args: argparse.Namespace) -> int:
             f"{args.cdc_changes_per_s:g} transactions/s"
         )
         report(args, run, checkpoints, None, title)
-        run.drop()
+        return exactness
     finally:
-        server.close()
-    say(f"copy of {run.table}: {exactness.verdict()}")
-    return 0 if exactness.exact else 1
+        run.remove_checkpoint()
 
 
 def _events_title(args: argparse.Namespace) -> str:
