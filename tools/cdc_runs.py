@@ -1,12 +1,16 @@
-"""Running the CDC pipeline with spark-submit on a throwaway PostgreSQL, while a writer keeps
+"""Running the CDC pipeline with spark-submit on throwaway PostgreSQL servers, while a writer keeps
 changing the table: for the demo's ``--live postgres-cdc`` and the benchmark's CDC case.
 
-The source table and its copy live in one database of a server of their own
-(``tools.postgres``). The pipeline records no event time of its own, so a live batch's
-freshness is read back from the copy afterwards: each row keeps the ``_lsn`` of the change it
-reflects and the source's ``updated_at`` (when the writer changed it), and Spark's offset log
-says up to which commit each batch read; a row belongs to the first batch that read past its
-change, and is fresh by that batch's commit minus its ``updated_at``.
+The source table and its copy live on two throwaway servers (``tools.postgres``), as a
+table and its copy in a warehouse would: the changelog decodes the source server's whole WAL,
+so a copy written there would make every snapshot chunk, which decodes the WAL written since
+the snapshot began, slower than the last.
+
+The pipeline records no event time of its own, so a live batch's freshness is read back from
+the copy afterwards: each row keeps the ``_lsn`` of the change it reflects and the source's
+``updated_at`` (when the writer changed it), and Spark's offset log says up to which commit
+each batch read; a row belongs to the first batch that read past its change, and is fresh by
+that batch's commit minus its ``updated_at``.
 """
 
 from __future__ import annotations
@@ -35,13 +39,17 @@ from tools.runs import checkpoints_so_far, follow, local_spark_conf, say
 #: Logical decoding, and commits flushed before they return: the changelog reads flushed WAL
 #: only, so "everything written was read" can be checked right after the writer stops.
 SERVER_SETTINGS = {**LOGICAL_DECODING, "synchronous_commit": "on"}
-DATABASE = "bank"
 
 
 def cdc_server() -> PostgresServer:
-    """A throwaway server for one demo or benchmark (``with cdc_server() as server``); starting
-    it raises ``PostgresUnavailable`` naming the package to install."""
-    return PostgresServer(database=DATABASE, settings=SERVER_SETTINGS)
+    """The source's throwaway server for one demo or benchmark (``with cdc_server() as
+    server``); starting it raises ``PostgresUnavailable`` naming the package to install."""
+    return PostgresServer(database="bank", settings=SERVER_SETTINGS)
+
+
+def target_server() -> PostgresServer:
+    """The copy's throwaway server."""
+    return PostgresServer(database="warehouse")
 
 
 class WriterFeed:
@@ -145,11 +153,12 @@ def with_freshness(
 @dataclass
 class CdcRun:
     """One launch of the CDC pipeline on a fresh table of ``url``'s database, copied into
-    ``<table>_copy`` there."""
+    ``<table>_copy`` of ``target_url``'s."""
 
     name: str
     root: Path
     url: str
+    target_url: str
     table: str
     metrics_url: str
     conf: dict[str, str]
@@ -169,7 +178,7 @@ class CdcRun:
             cdc_pipeline.__file__,
             local_spark_conf(self.name, self.metrics_url, self.conf),
             *("--connection", self.url, "--table", self.table),
-            *("--target", self.url, "--target-table", self.copy_table),
+            *("--target", self.target_url, "--target-table", self.copy_table),
             *("--checkpoint", str(self.checkpoint)),
             *("--stop-when-idle", "3s", "--timeout", "20min"),
             *self.args,
@@ -210,7 +219,7 @@ class CdcRun:
         return self.freshness(self.checkpoints())
 
     def freshness(self, checkpoints: Sequence[Checkpoint]) -> list[Checkpoint]:
-        engine = make_engine(self.url)
+        engine = make_engine(self.target_url)
         try:
             with engine.connect() as connection:
                 changes = [
@@ -228,17 +237,18 @@ class CdcRun:
 
     def verify(self) -> Exactness:
         """The copy against the table, once the writer stopped and the job stopped idle."""
-        return compare(table_rows(self.url, self.table), table_rows(self.url, self.copy_table))
+        source = table_rows(self.url, self.table)
+        return compare(source, table_rows(self.target_url, self.copy_table))
 
     def drop(self) -> None:
         """Drop the table and its copy, and remove the run's checkpoint."""
-        engine = make_engine(self.url)
-        try:
-            with engine.begin() as connection:
-                connection.execute(sa.text(f"DROP TABLE IF EXISTS {self.copy_table}"))
-                connection.execute(sa.text(f"DROP TABLE IF EXISTS {self.table} CASCADE"))
-        finally:
-            engine.dispose()
+        for url, table in ((self.target_url, self.copy_table), (self.url, self.table)):
+            engine = make_engine(url)
+            try:
+                with engine.begin() as connection:
+                    connection.execute(sa.text(f"DROP TABLE IF EXISTS {table} CASCADE"))
+            finally:
+                engine.dispose()
         self.remove_checkpoint()
 
     def remove_checkpoint(self) -> None:

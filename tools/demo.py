@@ -18,7 +18,7 @@ from collections import Counter
 from spark_jobs.backlog.values import count_argument
 from spark_jobs.jobs.startup import JavaMissing, require_java
 from tools.broker import EmbeddedBroker
-from tools.cdc_runs import CdcRun, Exactness, cdc_server
+from tools.cdc_runs import CdcRun, Exactness, cdc_server, target_server
 from tools.postgres import PostgresUnavailable
 from tools.report import (
     Checkpoint,
@@ -171,9 +171,9 @@ def cdc_demo(args: argparse.Namespace) -> int:
     copy checked against the table. The server and the run's checkpoint are removed after."""
     try:
         require_java()
-        with cdc_server() as server:
-            say(f"PostgreSQL at {server.url} (its data in a temporary directory)")
-            exactness = _copy_and_follow(args, server.url)
+        with cdc_server() as server, target_server() as target:
+            say(f"PostgreSQL: the table at {server.url}, its copy at {target.url}")
+            exactness = _copy_and_follow(args, server.url, target.url)
     except (JavaMissing, PostgresUnavailable) as error:
         print(f"scripts/job-demo: {error}", file=sys.stderr)
         return 2
@@ -181,9 +181,10 @@ def cdc_demo(args: argparse.Namespace) -> int:
     return 0 if exactness.exact else 1
 
 
-def _copy_and_follow(args: argparse.Namespace, url: str) -> Exactness:
+def _copy_and_follow(args: argparse.Namespace, url: str, target_url: str) -> Exactness:
     workdir = args.workdir.resolve()
-    run = CdcRun("demo-cdc", workdir / "cdc", url, "accounts", fresh_metrics(workdir), CDC_CONF)
+    metrics = fresh_metrics(workdir)
+    run = CdcRun("demo-cdc", workdir / "cdc", url, target_url, "accounts", metrics, CDC_CONF)
     try:
         keep_going = for_seconds_after(caught_up, 2 * args.live_seconds)
         checkpoints = run.execute(args.cdc_rows, args.cdc_changes_per_s, 0, keep_going)
