@@ -184,8 +184,12 @@ def verdict(live: str, found: Mapping[str, object]) -> str:
     """The ratios in a sentence, for those that were measured."""
     parts = []
     if "drain_speedup_vs_static_short" in found:
+        speedup = found["drain_speedup_vs_static_short"]
+        assert isinstance(speedup, float)
         parts.append(
-            f"drains {found['drain_speedup_vs_static_short']:.1f}x faster than static short"
+            f"drains {speedup:.1f}x faster than static short"
+            if speedup >= 1
+            else f"drains slower than static short, at {speedup:.2f}x its speed"
         )
     if "drain_ratio_vs_static_long" in found:
         parts.append(f"takes {found['drain_ratio_vs_static_long']:.2f}x the time of static long")
