@@ -12,6 +12,11 @@ holds a pile of events at the start, and gets a burst once the run is live). Rep
 backlog drain time, backlog checkpoints, live freshness p50/p95 and, on Kafka, how long the
 lag rule took to see the burst (``reentry_detect_s``) and to return to live
 (``recovery_to_live_s``); then the ratios. The last line is one JSON object.
+
+``--live postgres-cdc`` runs the same three on a PostgreSQL table instead: its snapshot in
+primary-key chunks is the backlog, its changelog the live data, with a writer changing it at
+a steady rate from the start (the same rows and the same writer seed for each), copied into a
+table that must equal the source at the end.
 """
 
 from __future__ import annotations
@@ -23,8 +28,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from spark_jobs.backlog.values import count_argument
-from spark_jobs.jobs.startup import JavaMissing
+from spark_jobs.jobs.startup import JavaMissing, require_java
 from tools.broker import EmbeddedBroker
+from tools.cdc_runs import CdcRun, cdc_server, target_server
+from tools.postgres import PostgresUnavailable
 from tools.report import (
     Checkpoint,
     Reentry,
@@ -44,6 +51,7 @@ from tools.runs import (
     Workspace,
     add_workspace_arguments,
     for_seconds_after,
+    fresh_metrics,
     prepare_workspace,
     say,
 )
@@ -75,6 +83,8 @@ LAG_RULE = {
 }
 #: Enough partitions that the embedded broker's ~5 MiB each hold every record of a run.
 PARTITIONS = 16
+#: The writer's seed, the same for every configuration.
+CDC_SEED = 7
 
 
 def setups(
@@ -174,8 +184,12 @@ def verdict(live: str, found: Mapping[str, object]) -> str:
     """The ratios in a sentence, for those that were measured."""
     parts = []
     if "drain_speedup_vs_static_short" in found:
+        speedup = found["drain_speedup_vs_static_short"]
+        assert isinstance(speedup, float)
         parts.append(
-            f"drains {found['drain_speedup_vs_static_short']:.1f}x faster than static short"
+            f"drains {speedup:.1f}x faster than static short"
+            if speedup >= 1
+            else f"drains slower than static short, at {speedup:.2f}x its speed"
         )
     if "drain_ratio_vs_static_long" in found:
         parts.append(f"takes {found['drain_ratio_vs_static_long']:.2f}x the time of static long")
@@ -240,6 +254,47 @@ def run_all(
     return results, timelines, marks
 
 
+def run_cdc(
+    args: argparse.Namespace, workspace: Workspace, url: str, target_url: str
+) -> tuple[list[Result], list[tuple[str, list[Checkpoint]]], list[list[tuple[float, str]]]]:
+    """The three configurations one after another, each on a fresh table of the same rows with
+    the same writer; each copy is checked against its table (a copy that differs fails)."""
+    # Rows are changed rows here: four intervals' worth of the writer's (about one a
+    # transaction, two for a move or a pair), which rounds up to one chunk in the snapshot.
+    live_rows = 4 * round(1.2 * args.cdc_changes_per_s * args.interval)
+    results, timelines, marks = [], [], []
+    for setup in setups(
+        args.interval, args.interval_during_backlog, live_rows, args.max_batch_rows
+    ):
+        if setup.name not in args.configurations:
+            continue
+        window_s = max(60.0, 3 * setup.cadence_s)
+        name = f"postgres-cdc-{setup.name}"
+        run = CdcRun(
+            name,
+            workspace.root / name,
+            url,
+            target_url,
+            f"accounts_{setup.name.replace('-', '_')}",
+            workspace.metrics_url,
+            setup.conf,
+            [*setup.args, "--shuffle-partitions", str(args.shuffle_partitions)],
+        )
+        keep_going = for_seconds_after(caught_up, window_s + 2)
+        checkpoints = run.execute(args.cdc_rows, args.cdc_changes_per_s, CDC_SEED, keep_going)
+        exactness = run.verify()
+        say(f"[{name}] copy of {run.table}: {exactness.verdict()}")
+        if not exactness.exact:
+            raise RuntimeError(f"[{name}] the copy differs from the table")
+        run.drop()
+        _, transitions = load(run.metrics_url, run.name)
+        results.append(measure(setup, checkpoints, window_s, reentry(transitions, None)))
+        timelines.append((name, checkpoints))
+        marks.append([(epoch(t["at"]), t["reason"]) for t in transitions])
+        say(f"[{name}] {results[-1]}")
+    return results, timelines, marks
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="scripts/benchmark", description=__doc__)
     add_workspace_arguments(parser, "var/benchmark", events=1_000_000)
@@ -253,9 +308,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--live",
-        choices=["landing", "kafka"],
+        choices=["landing", "kafka", "postgres-cdc"],
         action="append",
-        help="live phase(s) to measure (default: both)",
+        help="live phase(s) to measure (default: all three)",
+    )
+    parser.add_argument(
+        "--cdc-rows", type=count_argument, default=1_000_000, help="rows of the CDC table"
+    )
+    parser.add_argument(
+        "--cdc-changes-per-s",
+        type=float,
+        default=50.0,
+        help="transactions a second of the CDC table's writer",
     )
     parser.add_argument(
         "--shuffle-partitions",
@@ -281,21 +345,39 @@ def main(argv: list[str] | None = None) -> int:
         help="which to run (default: all); ratios need backlog-aware and the other",
     )
     args = parser.parse_args(argv)
-    args.live = args.live or ["landing", "kafka"]
+    args.live = args.live or ["landing", "kafka", "postgres-cdc"]
     try:
-        workspace = prepare_workspace(args)
+        if args.live == ["postgres-cdc"]:  # no event files to write
+            require_java()
+            root = args.workdir.resolve()
+            workspace = Workspace(root, 0, fresh_metrics(root))
+        else:
+            workspace = prepare_workspace(args)
     except JavaMissing as error:
         print(f"scripts/benchmark: {error}", file=sys.stderr)
         return 2
     topics = [f"kafka-{name}" for name in args.configurations]
-    summary: dict[str, object] = {
-        "events": args.events,
-        "live_events_per_s": args.live_events_per_s,
-    }
+    summary: dict[str, object] = {}
+    if {"landing", "kafka"} & set(args.live):
+        summary |= {"events": args.events, "live_events_per_s": args.live_events_per_s}
     lines: list[str] = []
     for live in args.live:
+        backlog = f"{args.events:,}-event backlog then {live} at {args.live_events_per_s} events/s"
         if live == "landing":
             results, timelines, marks = run_all(args, workspace, None)
+        elif live == "postgres-cdc":
+            backlog = (
+                f"{args.cdc_rows:,}-row table's snapshot then its changelog at "
+                f"{args.cdc_changes_per_s:g} transactions/s"
+            )
+            summary["cdc_rows"] = args.cdc_rows
+            summary["cdc_changes_per_s"] = args.cdc_changes_per_s
+            try:
+                with cdc_server() as server, target_server() as target:
+                    results, timelines, marks = run_cdc(args, workspace, server.url, target.url)
+            except PostgresUnavailable as error:
+                print(f"scripts/benchmark: {error}", file=sys.stderr)
+                return 2
         else:
             with EmbeddedBroker(
                 workspace.root / "broker", dict.fromkeys(topics, PARTITIONS)
@@ -312,8 +394,7 @@ def main(argv: list[str] | None = None) -> int:
         chart = plot_timeline(
             timelines,
             workspace.root / f"benchmark-{live}.png",
-            f"{args.events:,}-event backlog then {live} at {args.live_events_per_s} events/s: "
-            f"interval {args.interval:g} s, interval-during-backlog "
+            f"{backlog}: interval {args.interval:g} s, interval-during-backlog "
             f"{args.interval_during_backlog:g} s",
             marks,
         )

@@ -5,7 +5,8 @@ pile of events and keeps receiving live ones, and runs the events pipeline with
 spark-submit on local Spark and SQLite. The job drains the files, stays in backlog while the
 topic's lag is high, turns live once caught up; then a burst makes it fall behind, re-enter
 backlog and recover. Prints each checkpoint, a summary, and writes a PNG timeline.
-(``--live landing`` runs the landing-directory variant instead.)
+(``--live landing`` runs the landing-directory variant instead; ``--live postgres-cdc`` a
+PostgreSQL table's snapshot, then its changes, copied into a table, and checks the copy.)
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ import sys
 from collections import Counter
 
 from spark_jobs.backlog.values import count_argument
-from spark_jobs.jobs.startup import JavaMissing
+from spark_jobs.jobs.startup import JavaMissing, require_java
 from tools.broker import EmbeddedBroker
+from tools.cdc_runs import CdcRun, Exactness, cdc_server, target_server
+from tools.postgres import PostgresUnavailable
 from tools.report import (
     Checkpoint,
     cadence_s,
@@ -39,6 +42,7 @@ from tools.runs import (
     Run,
     add_workspace_arguments,
     for_seconds_after,
+    fresh_metrics,
     prepare_workspace,
     say,
 )
@@ -53,6 +57,10 @@ CONF = {
 TOPIC = "events"
 #: Enough partitions that the embedded broker's ~5 MiB each hold every record of the demo.
 PARTITIONS = 8
+#: The CDC phase's: the same intervals and batch bound. The lag thresholds count events on
+#: files and topics, but bytes of WAL on a changelog, so they are left out there: the
+#: snapshot is backlog, the changelog live.
+CDC_CONF = {key: value for key, value in CONF.items() if ".lag." not in key}
 
 
 def summarise(
@@ -109,7 +117,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--live-seconds", type=float, default=20.0, help="time to follow live data, twice"
     )
-    parser.add_argument("--live", choices=["kafka", "landing"], default="kafka")
+    parser.add_argument("--live", choices=["kafka", "landing", "postgres-cdc"], default="kafka")
+    parser.add_argument(
+        "--cdc-rows",
+        type=count_argument,
+        default=1_000_000,
+        help="rows of the table to copy, with --live postgres-cdc",
+    )
+    parser.add_argument(
+        "--cdc-changes-per-s",
+        type=float,
+        default=50.0,
+        help="transactions a second of the writer, with --live postgres-cdc",
+    )
     parser.add_argument(
         "--topic-backlog",
         type=int,
@@ -118,6 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--burst", type=count_argument, default=600_000, help="events of the burst")
     args = parser.parse_args(argv)
+    if args.live == "postgres-cdc":
+        return cdc_demo(args)
     try:
         workspace = prepare_workspace(args)
     except JavaMissing as error:
@@ -128,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         run = Run("demo", workdir / "run", workdir / "history", workspace.metrics_url, CONF)
         keep_going = for_seconds_after(caught_up, 2 * args.live_seconds)
         checkpoints = run.execute(workspace.first_live_id, args.live_events_per_s, keep_going)
-        report(args, run, checkpoints, None)
+        report(args, run, checkpoints, None, _events_title(args))
         return 0
     with EmbeddedBroker(workdir / "broker", {TOPIC: PARTITIONS}) as broker:
         say(f"embedded Kafka broker at {broker.bootstrap_servers}, topic {TOPIC!r}")
@@ -140,12 +162,54 @@ def main(argv: list[str] | None = None) -> int:
         checkpoints = run.execute(
             workspace.first_live_id, args.live_events_per_s, script, args.topic_backlog
         )
-    report(args, run, checkpoints, script.burst_at)
+    report(args, run, checkpoints, script.burst_at, _events_title(args))
     return 0
 
 
+def cdc_demo(args: argparse.Namespace) -> int:
+    """A table's snapshot then its changes, copied while a writer keeps changing it; then the
+    copy checked against the table. The server and the run's checkpoint are removed after."""
+    try:
+        require_java()
+        with cdc_server() as server, target_server() as target:
+            say(f"PostgreSQL: the table at {server.url}, its copy at {target.url}")
+            exactness = _copy_and_follow(args, server.url, target.url)
+    except (JavaMissing, PostgresUnavailable) as error:
+        print(f"scripts/job-demo: {error}", file=sys.stderr)
+        return 2
+    say(f"copy of the table: {exactness.verdict()}")
+    return 0 if exactness.exact else 1
+
+
+def _copy_and_follow(args: argparse.Namespace, url: str, target_url: str) -> Exactness:
+    workdir = args.workdir.resolve()
+    metrics = fresh_metrics(workdir)
+    run = CdcRun("demo-cdc", workdir / "cdc", url, target_url, "accounts", metrics, CDC_CONF)
+    try:
+        keep_going = for_seconds_after(caught_up, 2 * args.live_seconds)
+        checkpoints = run.execute(args.cdc_rows, args.cdc_changes_per_s, 0, keep_going)
+        exactness = run.verify()
+        title = (
+            f"{args.cdc_rows:,}-row PostgreSQL table: its snapshot, then its changelog at "
+            f"{args.cdc_changes_per_s:g} transactions/s"
+        )
+        report(args, run, checkpoints, None, title)
+        return exactness
+    finally:
+        run.remove_checkpoint()
+
+
+def _events_title(args: argparse.Namespace) -> str:
+    live = "a Kafka topic" if args.live == "kafka" else "a landing directory"
+    return f"{args.events:,}-event file backlog, then {live} at {args.live_events_per_s} events/s"
+
+
 def report(
-    args: argparse.Namespace, run: Run, checkpoints: list[Checkpoint], burst_at: float | None
+    args: argparse.Namespace,
+    run: Run | CdcRun,
+    checkpoints: list[Checkpoint],
+    burst_at: float | None,
+    title: str,
 ) -> None:
     _, transitions = load(run.metrics_url, run.name)
     say("")
@@ -154,11 +218,10 @@ def report(
     marks = [(epoch(t["at"]), t["reason"]) for t in transitions] + phase_changes(checkpoints)
     if burst_at is not None:
         marks.append((burst_at, f"burst of {args.burst:,} events"))
-    live = "a Kafka topic" if args.live == "kafka" else "a landing directory"
     chart = plot_timeline(
         [("backlog-aware checkpointing: backlog shaded, transitions dashed", checkpoints)],
         args.workdir.resolve() / "timeline.png",
-        f"{args.events:,}-event file backlog, then {live} at {args.live_events_per_s} events/s",
+        title,
         [marks],
     )
     say(f"\ntimeline chart: {chart}")

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Protocol
 
 import spark_jobs.jobs.events_pipeline as events_pipeline
 from spark_jobs.backlog.values import count_argument
@@ -48,9 +49,15 @@ def prepare_workspace(args: argparse.Namespace) -> Workspace:
     root = args.workdir.resolve()
     say(f"writing a backlog of {args.events:,} events in {args.files} parquet files")
     first_live_id = prepare_history(root / "history", args.events, args.files)
+    return Workspace(root, first_live_id, fresh_metrics(root))
+
+
+def fresh_metrics(root: Path) -> str:
+    """The URL of an empty SQLite metrics database under ``root``."""
     metrics = root / "metrics.db"
+    root.mkdir(parents=True, exist_ok=True)
     metrics.unlink(missing_ok=True)
-    return Workspace(root, first_live_id, f"sqlite:///{metrics}")
+    return f"sqlite:///{metrics}"
 
 
 def prepare_history(directory: Path, events: int, files: int) -> int:
@@ -122,6 +129,75 @@ class BurstAfterLive:
         return now - self._recovered_at < self._live_s
 
 
+class Feed(Protocol):
+    """What feeds a run live data: a producer of events, or a writer of table changes."""
+
+    def is_alive(self) -> bool: ...
+
+    def stop(self) -> None: ...
+
+
+def follow(
+    name: str,
+    command: list[str],
+    log_path: Path,
+    checkpoints: Callable[[], list[Checkpoint]],
+    feed: Feed,
+    keep_going: Callable[[list[Checkpoint]], bool],
+) -> None:
+    """Run a job until it stops on its own, printing each checkpoint as it commits; stop the
+    feed once ``keep_going`` says enough (or on the way out: Ctrl-C ends the job too)."""
+    with log_path.open("w") as log:
+        job = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=job_environment())
+    shown = 0
+    try:
+        while job.poll() is None:
+            found = checkpoints()
+            for checkpoint in found[shown:]:
+                say(f"[{name}] {checkpoint_line(checkpoint)}")
+            shown = len(found)
+            if feed.is_alive() and not keep_going(found):
+                say(f"[{name}] enough seen: stopping the live feed")
+                feed.stop()
+            time.sleep(0.5)
+    finally:
+        if feed.is_alive():
+            feed.stop()
+        if job.poll() is None:
+            job.terminate()
+            job.wait(60)
+    if job.returncode != 0:
+        tail = log_path.read_text()[-3000:]
+        raise RuntimeError(f"the job failed ({job.returncode}); end of {log_path}:\n{tail}")
+
+
+def local_spark_conf(job: str, metrics_url: str, conf: dict[str, str]) -> dict[str, str]:
+    """Spark conf of a tool's run: ``local[2]``, no UI, metrics into ``metrics_url``."""
+    return {
+        "spark.master": "local[2]",
+        "spark.ui.enabled": "false",
+        "spark.backlog.job-name": job,
+        "spark.backlog.metrics.url": metrics_url,
+        **conf,
+    }
+
+
+def checkpoints_so_far(metrics_url: str, job: str) -> list[Checkpoint]:
+    try:
+        return load(metrics_url, job)[0]
+    except Exception:  # the job has not created the tables yet
+        return []
+
+
+def checkpoint_line(checkpoint: Checkpoint) -> str:
+    phase = "backlog" if checkpoint.is_backlog else "live   "
+    behind = "-" if checkpoint.behind is None else checkpoint.behind
+    return (
+        f"checkpoint {checkpoint.batch_id:4d}  {phase} {checkpoint.rows:>10,} rows  "
+        f"{checkpoint.duration_s:6.2f} s  left behind: {behind}"
+    )
+
+
 @dataclass
 class Run:
     """One launch of the pipeline: its directories, its Spark conf, and what it printed.
@@ -153,13 +229,7 @@ class Run:
         ]
 
     def spark_conf(self) -> dict[str, str]:
-        return {
-            "spark.master": "local[2]",
-            "spark.ui.enabled": "false",
-            "spark.backlog.job-name": self.name,
-            "spark.backlog.metrics.url": self.metrics_url,
-            **self.conf,
-        }
+        return local_spark_conf(self.name, self.metrics_url, self.conf)
 
     def job_args(self) -> list[str]:
         """The pipeline's own arguments: it stops once live and idle, or after 20 minutes."""
@@ -182,10 +252,7 @@ class Run:
         return spark_submit_command(events_pipeline.__file__, self.spark_conf(), *self.job_args())
 
     def checkpoints(self) -> list[Checkpoint]:
-        try:
-            return load(self.metrics_url, self.name)[0]
-        except Exception:  # the job has not created the tables yet
-            return []
+        return checkpoints_so_far(self.metrics_url, self.name)
 
     def execute(
         self,
@@ -214,33 +281,5 @@ class Run:
         log_path = self.root / "job.log"
         say(f"[{self.name}] starting the job (Spark log: {log_path})")
         producer.start()
-        with log_path.open("w") as log:
-            job = subprocess.Popen(
-                self.command(), stdout=log, stderr=subprocess.STDOUT, env=job_environment()
-            )
-        shown = 0
-        try:
-            while job.poll() is None:
-                checkpoints = self.checkpoints()
-                for checkpoint in checkpoints[shown:]:
-                    phase = "backlog" if checkpoint.is_backlog else "live   "
-                    say(
-                        f"[{self.name}] checkpoint {checkpoint.batch_id:4d}  {phase} "
-                        f"{checkpoint.rows:>10,} rows  {checkpoint.duration_s:6.2f} s  "
-                        f"left behind: {'-' if checkpoint.behind is None else checkpoint.behind}"
-                    )
-                shown = len(checkpoints)
-                if producer.is_alive() and not keep_going(checkpoints):
-                    say(f"[{self.name}] enough seen: stopping the live producer")
-                    producer.stop()
-                time.sleep(0.5)
-        finally:
-            if producer.is_alive():
-                producer.stop()
-            if job.poll() is None:
-                job.terminate()
-                job.wait(60)
-        if job.returncode != 0:
-            tail = log_path.read_text()[-3000:]
-            raise RuntimeError(f"the job failed ({job.returncode}); end of {log_path}:\n{tail}")
+        follow(self.name, self.command(), log_path, self.checkpoints, producer, keep_going)
         return self.checkpoints()

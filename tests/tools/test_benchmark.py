@@ -38,3 +38,11 @@ def test_a_subset_gives_the_ratios_of_the_pairs_that_ran():
     assert verdict("kafka", found) == (
         "kafka: backlog-aware takes 1.10x the time of static long; 10.7x better than static long's."
     )
+
+
+def test_a_slower_drain_is_not_called_faster():
+    found = ratios([result("static-short", 200.0, 1.0), result("backlog-aware", 250.0, 1.0)])
+    assert verdict("postgres-cdc", found) == (
+        "postgres-cdc: backlog-aware drains slower than static short, at 0.80x its speed; "
+        "its live freshness p50 is 1.00x static short's."
+    )
