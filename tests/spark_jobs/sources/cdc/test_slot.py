@@ -1,15 +1,19 @@
 """The slot client and the decoder against a real PostgreSQL with wal_level = logical."""
 
+import threading
 import time
 import uuid
 from datetime import UTC, date, datetime
 from decimal import Decimal
 
+import psycopg2
+import psycopg2.extras
 import pytest
 import sqlalchemy
 from sqlalchemy import text
 
 from spark_jobs.metrics.schema import make_engine
+from spark_jobs.sources.cdc import slot as slot_module
 from spark_jobs.sources.cdc.changes import RelationCache, Transaction, transactions
 from spark_jobs.sources.cdc.messages import UNCHANGED, Begin, Commit
 from spark_jobs.sources.cdc.pgoutput import decode
@@ -269,3 +273,37 @@ def test_the_current_wal_position_is_at_or_past_every_commit_end(slot, table, da
     write(database, f"INSERT INTO {table} VALUES (1, 'a', NULL)")
     (inserted,) = read(slot)
     assert before < inserted.end_lsn <= slot.current_wal_lsn()
+
+
+@pytest.fixture
+def held(logical_server, slot):
+    """The slot in use by a streaming replication session, as a second query would hold it."""
+    connection = psycopg2.connect(
+        logical_server.url, connection_factory=psycopg2.extras.LogicalReplicationConnection
+    )
+    connection.cursor().start_replication(
+        slot_name=slot.slot,
+        options={"proto_version": "1", "publication_names": slot.publication},
+    )
+    yield connection
+    connection.close()
+
+
+def test_a_slot_another_session_holds_is_refused_by_name_once_the_wait_is_over(
+    slot, held, monkeypatch
+):
+    monkeypatch.setattr(slot_module, "BUSY_WAIT_S", 0.5)
+    started = time.monotonic()
+    with pytest.raises(SlotError, match=f"slot '{slot.slot}' .* in use by another session"):
+        slot.peek()
+    assert 0.5 <= time.monotonic() - started < 5
+
+
+def test_a_slot_let_go_while_waiting_is_then_read(slot, held, table, database):
+    with database.begin() as connection:
+        connection.execute(text(f"INSERT INTO {table} VALUES (1, 'a', NULL)"))
+    threading.Timer(0.5, held.close).start()
+    started = time.monotonic()
+    messages = [decode(row.data) for row in slot.peek()]
+    assert time.monotonic() - started >= 0.4  # it waited for the holder
+    assert isinstance(messages[0], Begin) and isinstance(messages[-1], Commit)
