@@ -84,9 +84,8 @@ class Changelog:
     ) -> pa.Table:
         """The row changes of the transactions that end in (``start_lsn``, ``end_lsn``], in
         commit order, with ``_op``, ``_lsn`` (the commit's end), ``_seq`` (the row's place
-        among its transaction's), ``_commit_time`` and
-        ``_unchanged``; without those of a key whose snapshot image has them already, by
-        ``coverage``."""
+        in its transaction), ``_commit_time`` and ``_unchanged``; without the changes of a
+        key whose snapshot image holds them already, by ``coverage``."""
         if end_lsn < start_lsn:
             raise ValueError(
                 f"batch ({format_lsn(start_lsn)}, {format_lsn(end_lsn)}] ends before it starts"
@@ -105,8 +104,8 @@ class Changelog:
                     r for change in transaction.changes for r in self._rows(transaction, change)
                 ]
                 for place, (op, row, unchanged) in enumerate(changed):
-                    key = self.table.key_of(row)
-                    if coverage is not None and coverage.has(key, transaction.end_lsn):
+                    end = transaction.end_lsn
+                    if coverage is not None and coverage.has(self.table.key_of(row), end):
                         continue
                     rows.append(row)
                     marks.append(

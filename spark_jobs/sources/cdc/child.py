@@ -38,7 +38,12 @@ from spark_jobs.metrics.schema import installed_postgres_driver, with_password
 from spark_jobs.sources.cdc.changelog import Changelog
 from spark_jobs.sources.cdc.coverage import SnapshotCoverage
 from spark_jobs.sources.cdc.lsn import format_lsn, parse_lsn
-from spark_jobs.sources.cdc.slot import ReplicationSlot, SlotError
+from spark_jobs.sources.cdc.slot import (
+    ReplicationSlot,
+    SlotError,
+    check_logical_decoding,
+    check_name,
+)
 from spark_jobs.sources.cdc.snapshot import Chunk, ChunkReader, read_chunk
 from spark_jobs.sources.cdc.table import TableError, TableShape, describe_table
 from spark_jobs.sources.children import (
@@ -174,7 +179,12 @@ class PostgresCdcChild(ChildSource):
             )
         slot = spec_field(spec, "slot", str, default_slot_name(context.state_location, name))
         publication = spec_field(spec, "publication", str, slot)
-        shape = checked_table(name, url, table, slot, publication)
+        for field, value in (("slot", slot), ("publication", publication)):
+            try:
+                check_name(field, value)
+            except ValueError as error:
+                raise ChildSpecError(f"child source {name!r}: field {field!r}: {error}") from None
+        shape = checked_table(name, url, table)
         _check_schema(name, shape, context.schema)
         state = StateDirectory(f"{resolve_uri(context.state_location)}/{name}")
         return cls(name, url, table, chunk_rows, slot, publication, state, shape)
@@ -337,24 +347,14 @@ def _chunk_file(index: int, suffix: str) -> str:
     return f"{index:08d}.{suffix}"
 
 
-def checked_table(
-    child: str, url: str, table: str, slot: str = "unnamed", publication: str = "unnamed"
-) -> TableShape:
-    """The table's shape, after refusing by name what would fail later: a slot or
-    publication name PostgreSQL would refuse, a server that does not decode changes, a
-    table that cannot be read in chunks, a server that does not answer."""
+def checked_table(child: str, url: str, table: str) -> TableShape:
+    """The table's shape, after refusing by name what would fail later: a server that does
+    not decode changes or does not answer, a table that cannot be read in chunks."""
+    shape = describe(child, url, table)
     try:
-        probe = ReplicationSlot(url, slot, publication, table)
-    except ValueError as error:
-        field = "slot" if "slot name" in str(error) else "publication"
-        raise ChildSpecError(f"child source {child!r}: field {field!r}: {error}") from None
-    try:
-        shape = describe(child, url, table)
-        probe.check_server()
+        check_logical_decoding(url)
     except SlotError as error:
         raise ChildSpecError(f"child source {child!r}: {error}") from None
-    finally:
-        probe.close()
     return shape
 
 

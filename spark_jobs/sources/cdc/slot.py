@@ -43,6 +43,33 @@ SESSION_SETTINGS = text(
 )
 
 
+def check_name(what: str, name: str) -> None:
+    """Refuse a slot or publication name PostgreSQL would refuse (or need quoted)."""
+    if not _NAME.fullmatch(name):
+        raise ValueError(
+            f"{what} name {name!r}: use 1 to 63 lower-case letters, digits and underscores"
+        )
+
+
+def check_logical_decoding(url: str) -> None:
+    """Refuse a server that cannot decode changes, before anything is created on it."""
+    engine = sqlalchemy.create_engine(installed_postgres_driver(make_url(url)))
+    try:
+        with engine.connect() as connection:
+            _check_wal_level(connection, redact_text(url))
+    finally:
+        engine.dispose()
+
+
+def _check_wal_level(connection: sqlalchemy.Connection, where: str) -> None:
+    level = connection.execute(text("SHOW wal_level")).scalar_one()
+    if level != "logical":
+        raise SlotError(
+            f"wal_level is {level!r} on {where}; reading changes needs "
+            "wal_level = logical (set it in postgresql.conf and restart the server)"
+        )
+
+
 class SlotError(RuntimeError):
     """The server or the slot cannot serve changes; the message names the setting or state."""
 
@@ -59,11 +86,8 @@ class ReplicationSlot:
     """A ``pgoutput`` slot and the publication of one table, in the database of ``url``."""
 
     def __init__(self, url: str, slot: str, publication: str, table: str):
-        for what, name in (("slot", slot), ("publication", publication)):
-            if not _NAME.fullmatch(name):
-                raise ValueError(
-                    f"{what} name {name!r}: use 1 to 63 lower-case letters, digits and underscores"
-                )
+        check_name("slot", slot)
+        check_name("publication", publication)
         self.slot = slot
         self.publication = publication
         self.table = table
@@ -77,17 +101,12 @@ class ReplicationSlot:
             pool_pre_ping=True,
         )
 
-    def check_server(self) -> None:
-        """Refuse a server that cannot decode changes, before anything is created."""
-        with self._connection() as connection:
-            self._check_wal_level(connection)
-
     def ensure(self) -> None:
         """Check that the server can decode, then create the publication and the slot if
         missing. Creating a slot waits for the transactions in progress to end: its first
         change is the first to commit after them."""
         with self._connection() as connection:
-            self._check_wal_level(connection)
+            _check_wal_level(connection, self.where)
             published = connection.execute(
                 text("SELECT 1 FROM pg_publication WHERE pubname = :publication"),
                 {"publication": self.publication},
@@ -201,14 +220,6 @@ class ReplicationSlot:
                 "are missing; drop the slot and read the table afresh"
             )
         return dict(row._mapping)
-
-    def _check_wal_level(self, connection: sqlalchemy.Connection) -> None:
-        level = connection.execute(text("SHOW wal_level")).scalar_one()
-        if level != "logical":
-            raise SlotError(
-                f"wal_level is {level!r} on {self.where}; reading changes needs "
-                "wal_level = logical (set it in postgresql.conf and restart the server)"
-            )
 
     def _table(self) -> str:
         """``table`` or ``schema.table``, each part quoted as PostgreSQL needs."""
