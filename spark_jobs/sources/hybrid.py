@@ -10,7 +10,10 @@ Options (keys are case-insensitive):
   {"name": "landing", "kind": "landing", "path": "/data/landing", "format": "json"}]``
   or, for a topic as the live phase, ``{"name": "live", "kind": "kafka",
   "bootstrapServers": "host:9092", "topics": ["events"], "startingOffsets": "earliest",
-  "valueFormat": "json"}`` (see ``kafka.py``);
+  "valueFormat": "json"}`` (see ``kafka.py``), or a PostgreSQL table's snapshot then its
+  changes, ``{"name": "accounts", "kind": "postgres-cdc", "connection": "postgresql://...",
+  "table": "accounts"}`` (see ``cdc/child.py``, which says per position whether it is in
+  backlog);
   a spec may set ``"backlog": true|false`` to override the position rule.
 - ``name``: this source's name in statuses and metrics (default ``hybrid``).
 - ``stateLocation``: where the children keep their durable state; keep it with the
