@@ -18,8 +18,10 @@ from typing import Any
 
 #: Spark's default ``spark.redaction.regex``: a conf key (or value) matching it is hidden.
 SPARK_DEFAULT_REDACTION = r"(?i)secret|password|token|access[.]?key"
-#: The user-info part of a URL that carries a password: ``//user:password@``.
-_URL_PASSWORD = r"//[^/@:\s]+:[^/@\s]+@"
+#: The user-info part of a URL that carries a password: ``//user:password@``, read as
+#: SQLAlchemy's ``make_url`` reads it: the user up to the first ':' (an '@' in it too), the
+#: password from there up to the next '@', whatever else it holds ('/', ':').
+_URL_PASSWORD = r"(//[^:/\s]*:)([^@\s]+)(@)"
 #: What our launchers set as ``spark.redaction.regex``: Spark's default, and any value with
 #: a URL that carries a password (``spark.backlog.metrics.url``), which Spark's default
 #: does not recognise.
@@ -28,7 +30,7 @@ REDACTED = "*****"
 
 _SECRET_WORDS = r"secret|password|passwd|token|access[._-]?key|credential|jaas"
 _SECRET_KEY = re.compile(_SECRET_WORDS, re.I)
-_URL_USERINFO = re.compile(r"(//[^/@:\s]+:)([^/@\s]+)(@)")
+_URL_USERINFO = re.compile(_URL_PASSWORD)
 #: ``"sasl.password": "..."`` in JSON that could not be parsed (so ``redact`` cannot).
 _QUOTED_SECRET = re.compile(rf'("[^"]*(?:{_SECRET_WORDS})[^"]*"\s*:\s*)"(?:[^"\\]|\\.)*"', re.I)
 #: ``password="..."`` inside a value, as in Kafka's ``sasl.jaas.config``.

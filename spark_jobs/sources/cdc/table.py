@@ -1,11 +1,20 @@
-"""What a table must be for a chunked snapshot, checked in the catalog before any work starts.
+"""What a table must be for a CDC copy, checked in the catalog before any work starts.
+
+Every column must be of a type whose values reach a target exactly (``COLUMN_TYPES``): each
+is read from its output function's text (``values.py``) into a value Arrow holds exactly, or
+kept as that text, which PostgreSQL reads back to the same value. Arrays, enums and domains
+follow their elements, labels and base types. Any other type is refused by name before the
+first batch rather than copied wrong: money (its text depends on ``lc_monetary``),
+composites, ranges, geometric types, tsvector and tsquery, bit strings, pg_lsn, the oid
+family, an extension's types.
 
 Chunks are ranges of the primary key, read with ``(key) > (:after) ORDER BY key`` on the
 server and merged with decoded changes by key in Python. Both sides must order keys the
 same way, so every key column must be of a type whose PostgreSQL order is Python's order of
-the value ``values.typed`` reads: integers, numeric, uuid (byte order), dates and timestamps,
-and text only under a byte-ordered collation ("C" or "POSIX": UTF-8 byte order is code point
-order). Other collations order by language rules that Python does not know, and a key
+the values read: integers, numeric (``values.NumericKey``), dates and timestamps (counts,
+infinities at the ends), uuid (its lower-case text orders as its bytes), and text only under
+a byte-ordered collation ("C" or "POSIX") in a UTF-8 database, where byte order is code
+point order. Other collations order by language rules that Python does not know, and a key
 compared both ways would put a row in no chunk or in two. Every key column is checked, not
 only the first, because the merge compares whole keys.
 
@@ -14,14 +23,15 @@ key, unless under REPLICA IDENTITY FULL): it is refused, as is a replica identit
 neither the primary key nor FULL, since changes must name the key of the row they change.
 
 The described table also gives its rows one form, whether read by a query or decoded from a
-change: each value read from its text by ``values.typed``, and as Arrow arrays.
+change: each value read from its text by its column's reader, and as Arrow arrays.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cached_property
 from typing import Any
 
 import pyarrow as pa
@@ -30,45 +40,99 @@ from sqlalchemy import text
 
 from spark_jobs.backlog.secrets import redact_text
 from spark_jobs.sources.cdc.changes import ChangeStreamError
-from spark_jobs.sources.cdc.messages import UNCHANGED
-from spark_jobs.sources.cdc.values import typed
+from spark_jobs.sources.cdc.messages import UNCHANGED, Value
+from spark_jobs.sources.cdc.values import (
+    KEY_READERS,
+    READERS,
+    Reader,
+    date_text,
+    timestamp_text,
+    timestamptz_text,
+    unreadable,
+)
 
 Key = tuple[Any, ...]
 Row = dict[str, Any]
 
-#: Key column types whose order PostgreSQL and Python agree on, by type OID.
-CHUNKABLE = {
-    20: "int8",
-    21: "int2",
-    23: "int4",
-    1700: "numeric",
-    2950: "uuid",
-    1082: "date",
-    1114: "timestamp",
-    1184: "timestamptz",
+
+@dataclass(frozen=True)
+class ColumnType:
+    """A supported column type: its name, the Arrow type of its values, the reader of its
+    text."""
+
+    oid: int
+    name: str
+    arrow: pa.DataType
+    read: Reader
+
+
+def _supported(oid: int, name: str, arrow: pa.DataType) -> tuple[int, ColumnType]:
+    return oid, ColumnType(oid, name, arrow, READERS.get(oid, str))
+
+
+#: The built-in types a column may have, by type OID: those Arrow holds exactly as values,
+#: every other as the server's text. An array is supported when its element type is, a
+#: domain when its base type is, and every enum is: arrays and enums are kept as text, a
+#: domain as its base type.
+COLUMN_TYPES: Mapping[int, ColumnType] = dict(
+    _supported(*supported)
+    for supported in (
+        (16, "bool", pa.bool_()),
+        (17, "bytea", pa.binary()),
+        (21, "int2", pa.int16()),
+        (23, "int4", pa.int32()),
+        (20, "int8", pa.int64()),
+        (700, "float4", pa.float32()),
+        (701, "float8", pa.float64()),
+        (1700, "numeric", pa.string()),
+        (25, "text", pa.string()),
+        (1043, "varchar", pa.string()),
+        (1042, "bpchar", pa.string()),
+        (18, '"char"', pa.string()),
+        (19, "name", pa.string()),
+        (114, "json", pa.string()),
+        (3802, "jsonb", pa.string()),
+        (142, "xml", pa.string()),
+        (2950, "uuid", pa.string()),
+        (1082, "date", pa.date32()),
+        (1083, "time", pa.string()),
+        (1266, "timetz", pa.string()),
+        (1114, "timestamp", pa.timestamp("us")),
+        (1184, "timestamptz", pa.timestamp("us", tz="UTC")),
+        (1186, "interval", pa.string()),
+        (869, "inet", pa.string()),
+        (650, "cidr", pa.string()),
+        (829, "macaddr", pa.string()),
+        (774, "macaddr8", pa.string()),
+    )
+)
+#: What arrays and enums are read as.
+TEXT = COLUMN_TYPES[25]
+SUPPORTED = (
+    f"{', '.join(t.name for t in COLUMN_TYPES.values())}, an array of these, an enum, "
+    "or a domain over any of these"
+)
+#: Key column types whose order PostgreSQL and Python agree on, by type OID, with how a key
+#: value goes into JSON: ints as they are, the others as text PostgreSQL reads back.
+CHUNKABLE: Mapping[int, Callable[[Any], Any]] = {
+    20: int,
+    21: int,
+    23: int,
+    1700: str,
+    2950: str,
+    1082: date_text,
+    1114: timestamp_text,
+    1184: timestamptz_text,
 }
-#: Text types, chunkable under a byte-ordered collation only.
+#: Text types, chunkable under a byte-ordered collation in a UTF-8 database only.
 TEXT_TYPES = {25: "text", 1043: "varchar"}
 BYTE_ORDERED = ("C", "POSIX")
 ALLOWED = (
-    f"{', '.join(CHUNKABLE.values())}, or {' or '.join(TEXT_TYPES.values())} with "
-    f'collation "C" or "POSIX" (declare the column with COLLATE "C")'
+    f"{', '.join(COLUMN_TYPES[oid].name for oid in CHUNKABLE)}, or "
+    f"{' or '.join(TEXT_TYPES.values())} with collation "
+    '"C" or "POSIX" (declare the column with COLLATE "C") in a database encoded in UTF8, '
+    "or a domain over one of these"
 )
-
-
-#: Types Arrow holds as they are, by type OID; numeric, uuid and the rest are kept as text.
-ARROW_TYPES = {
-    16: pa.bool_(),
-    17: pa.binary(),
-    20: pa.int64(),
-    21: pa.int16(),
-    23: pa.int32(),
-    700: pa.float32(),
-    701: pa.float64(),
-    1082: pa.date32(),
-    1114: pa.timestamp("us"),
-    1184: pa.timestamp("us", tz="UTC"),
-}
 #: The columns that follow a table's own in the rows of both phases, snapshot and changelog,
 #: so that they share one schema: what happened ('snapshot', 'insert', 'update' or 'delete'),
 #: at which LSN (a commit's end) and place in its transaction, when (null for a snapshot),
@@ -85,7 +149,8 @@ ChangeMark = tuple[str, int, int, datetime | None, list[str]]
 
 
 class TableError(ValueError):
-    """A table that cannot be read in chunks; the message names it and what is allowed."""
+    """A table the source cannot copy; the message names it, what is wrong and what is
+    allowed."""
 
 
 @dataclass(frozen=True)
@@ -93,9 +158,18 @@ class TableColumn:
     name: str
     #: The name as SQL needs it (``quote_ident``).
     sql: str
+    #: The column's own type, as changes name it: a domain's, an enum's, an array's.
     type_oid: int
     #: As SQL spells it (``format_type``), to cast a bound key value to the column's type.
     type_name: str
+    #: The type of ``COLUMN_TYPES`` the column is read and written as when not ``type_oid``:
+    #: a domain's base type, text for an array or an enum.
+    base_oid: int | None = None
+
+    @property
+    def kind(self) -> ColumnType:
+        """How the column's values are read and held; ``kind.oid`` for ``postgres_text``."""
+        return COLUMN_TYPES[self.type_oid if self.base_oid is None else self.base_oid]
 
 
 @dataclass(frozen=True)
@@ -112,36 +186,70 @@ class TableShape:
         by_name = {column.name: column for column in self.columns}
         return tuple(by_name[name] for name in self.key)
 
+    @cached_property
+    def _readers(self) -> dict[str, Reader]:
+        """Each column's reader by name; a key column's orders as on the server."""
+        return {
+            c.name: KEY_READERS.get(c.kind.oid, c.kind.read) if c.name in self.key else c.kind.read
+            for c in self.columns
+        }
+
+    @cached_property
+    def _typed_columns(self) -> tuple[tuple[str, Reader], ...]:
+        return tuple(self._readers.items())
+
     def key_of(self, row: Mapping[str, Any]) -> Key:
         return tuple(row[name] for name in self.key)
 
     def json_key(self, key: Key | None) -> list[Any] | None:
-        """A key for JSON: ints as they are, other values as text PostgreSQL reads back."""
-        return None if key is None else [v if isinstance(v, int) else str(v) for v in key]
+        """A key for JSON: ints as they are, other values as text PostgreSQL reads back (a
+        bound ``CAST(:k AS type)`` reads it)."""
+        if key is None:
+            return None
+        return [
+            CHUNKABLE.get(c.kind.oid, str)(v) for c, v in zip(self.key_columns, key, strict=True)
+        ]
 
     def typed_key(self, key: list[Any]) -> Key:
-        """A key from ``json_key`` as the values ``values.typed`` reads."""
+        """A key from ``json_key`` as the values its columns' readers give."""
         if len(key) != len(self.key):
             raise ValueError(
                 f"key {key!r} has {len(key)} values; the primary key of {self.name} has "
                 f"{len(self.key)}: {list(self.key)}"
             )
-        return tuple(typed(c.type_oid, str(v)) for c, v in zip(self.key_columns, key, strict=True))
+        return tuple(self._readers[name](str(v)) for name, v in zip(self.key, key, strict=True))
 
-    def chunk_query(self, bounded: bool) -> sqlalchemy.TextClause:
-        """At most ``:limit`` rows in key order, after the key ``:k0, :k1, ...`` if
-        ``bounded``; every value as its text, for ``typed_row``."""
-        # Qualified: an output column (the text) of the same name would order by text.
-        key = ", ".join(f"t.{column.sql}" for column in self.key_columns)
-        after = ", ".join(f"CAST(:k{i} AS {c.type_name})" for i, c in enumerate(self.key_columns))
-        return text(
-            f"SELECT {', '.join(f't.{c.sql}::text' for c in self.columns)} FROM {self.name} t "
-            f"{f'WHERE ({key}) > ({after}) ' if bounded else ''}ORDER BY {key} LIMIT :limit"
-        )
+    def typed_row(self, values: Sequence[str | None]) -> Row:
+        """A row of text values (None for NULL), in the table's column order, read as its
+        columns' types; an unreadable value is an error naming the column and the row's key."""
+        try:
+            return {
+                name: None if v is None else read(v)
+                for (name, read), v in zip(self._typed_columns, values, strict=True)
+            }
+        except (ValueError, ArithmeticError) as error:
+            row = dict(zip(self._readers, values, strict=True))
+            raise (self._unreadable(row) or error) from None
 
-    def typed_row(self, values: Iterable[str | None]) -> Row:
-        """A row of text values, in the table's column order, read as its columns' types."""
-        return {c.name: typed(c.type_oid, v) for c, v in zip(self.columns, values, strict=True)}
+    def typed_change(self, row: Mapping[str, Value]) -> Row:
+        """A decoded change's values by column name (all of them, or the key's), read as
+        ``typed_row`` reads; None, ``UNCHANGED`` and bytes stay as they are."""
+        readers = self._readers
+        try:
+            return {name: readers[name](v) if v.__class__ is str else v for name, v in row.items()}
+        except KeyError:
+            unknown = sorted(set(row) - set(readers))
+            raise ChangeStreamError(
+                f"a change of {self.name} has columns {unknown} it was not described with: the "
+                "table changed while it was read; read it afresh"
+            ) from None
+        except (ValueError, ArithmeticError) as error:
+            raise (self._unreadable(row) or error) from None
+
+    def _unreadable(self, row: Mapping[str, Value]) -> ValueError | None:
+        by_name = {c.name: c.type_name for c in self.columns}
+        types = {name: (by_name[name], read) for name, read in self._readers.items()}
+        return unreadable(self.name, self.key, row, types)
 
     def whole_row(self, new: Mapping[str, Any], before: Row | None) -> Row:
         """A change's typed values in the table's columns; a value an update left unchanged
@@ -158,22 +266,24 @@ class TableShape:
                 if before is None:
                     raise ChangeStreamError(
                         f"an update of {self.name} key {list(self.key_of(new))} left "
-                        f"{column.name!r} unchanged, but no earlier image of the row is at hand"
+                        f"{column.name!r} (a TOASTed value) unchanged, but no earlier image "
+                        "of the row is at hand: it moved the row from a key outside the "
+                        "snapshot chunk being read. Set REPLICA IDENTITY FULL on the table, "
+                        "so an update carries the old row whole, and start over"
                     )
                 value = before[column.name]
             row[column.name] = value
         return row
 
     def arrow_columns(self, rows: list[Row]) -> dict[str, pa.Array]:
-        """``rows`` (typed values by column name) as one Arrow array per column."""
+        """``rows`` (typed values by column name) as one Arrow array per column; a numeric
+        key's ``NumericKey`` as its text."""
         arrays = {}
         for column in self.columns:
             values = [row[column.name] for row in rows]
-            if column.type_oid in ARROW_TYPES:
-                arrays[column.name] = pa.array(values, ARROW_TYPES[column.type_oid])
-            else:
-                text_values = [None if v is None else str(v) for v in values]
-                arrays[column.name] = pa.array(text_values, pa.string())
+            if column.kind.oid in KEY_READERS:
+                values = [None if v is None else str(v) for v in values]
+            arrays[column.name] = pa.array(values, column.kind.arrow)
         return arrays
 
     def arrow_table(self, rows: list[Row], marks: list[ChangeMark]) -> pa.Table:
@@ -197,12 +307,26 @@ _COLUMNS = text(
     "format_type(atttypid, atttypmod) AS type_name FROM pg_attribute "
     "WHERE attrelid = :oid AND attnum > 0 AND NOT attisdropped ORDER BY attnum"
 )
+#: The types of the columns and every type they are built on (domains' base types, arrays'
+#: elements); an array type is one that is another type's ``typarray``.
+_TYPES = text(
+    "WITH RECURSIVE reached(oid) AS ("
+    "  SELECT atttypid FROM pg_attribute WHERE attrelid = :oid AND attnum > 0 "
+    "  AND NOT attisdropped "
+    "  UNION SELECT CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE t.typelem END "
+    "  FROM reached r JOIN pg_type t ON t.oid = r.oid "
+    "  WHERE t.typtype = 'd' OR t.typelem <> 0"
+    ") SELECT t.oid, t.typtype, t.typbasetype, t.typelem, "
+    "  t.oid = (SELECT e.typarray FROM pg_type e WHERE e.oid = t.typelem) AS is_array "
+    "FROM reached JOIN pg_type t ON t.oid = reached.oid"
+)
 _KEY = text(
     "SELECT a.attname, a.atttypid, format_type(a.atttypid, a.atttypmod) AS type_name, "
     "coll.collname, "
     "CASE WHEN coll.collprovider = 'd' THEN db.datlocprovider ELSE coll.collprovider END "
     "  AS provider, "
-    "CASE WHEN coll.collprovider = 'd' THEN db.datcollate ELSE coll.collcollate END AS locale "
+    "CASE WHEN coll.collprovider = 'd' THEN db.datcollate ELSE coll.collcollate END AS locale, "
+    "pg_encoding_to_char(db.encoding) AS encoding "
     "FROM pg_index i CROSS JOIN unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, position) "
     "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum "
     "LEFT JOIN pg_collation coll ON coll.oid = a.attcollation "
@@ -213,7 +337,7 @@ _KEY = text(
 
 def describe_table(engine: sqlalchemy.Engine, table: str) -> TableShape:
     """The columns and primary key of ``table`` (``name`` or ``schema.name``, each part as
-    written: ``Orders`` is not ``orders``); TableError if it cannot be read in chunks."""
+    written: ``Orders`` is not ``orders``); TableError if the source cannot copy it."""
     where = redact_text(engine.url.render_as_string(hide_password=False))
     quote = engine.dialect.identifier_preparer.quote
     with engine.connect() as connection:
@@ -224,6 +348,7 @@ def describe_table(engine: sqlalchemy.Engine, table: str) -> TableShape:
             what = "no table" if found is None else f"relation {found.name} is not a table, and"
             raise TableError(f"{what} {table!r} on {where}: a snapshot reads an ordinary table")
         columns = connection.execute(_COLUMNS, {"oid": found.oid}).all()
+        types = {t.oid: t for t in connection.execute(_TYPES, {"oid": found.oid})}
         key = connection.execute(_KEY, {"oid": found.oid}).all()
     if not key:
         raise TableError(
@@ -236,28 +361,66 @@ def describe_table(engine: sqlalchemy.Engine, table: str) -> TableShape:
             f"table {found.name} has REPLICA IDENTITY {identity}: its updates and deletes would "
             "not name the primary key of the row they change; use REPLICA IDENTITY DEFAULT"
         )
+    described = tuple(_described(found.name, c, types) for c in columns)
     for column in key:
-        _check_key_column(found.name, column)
-    return TableShape(
-        found.oid,
-        found.name,
-        tuple(TableColumn(c.attname, c.sql, c.atttypid, c.type_name) for c in columns),
-        tuple(column.attname for column in key),
+        _check_key_column(found.name, column, _without_domains(column.atttypid, types))
+    return TableShape(found.oid, found.name, described, tuple(column.attname for column in key))
+
+
+def _described(table: str, column: sqlalchemy.Row, types: Mapping[int, Any]) -> TableColumn:
+    """``column`` with the supported type it is read as; TableError if it has none."""
+    base = _supported_base(column.atttypid, types)
+    if base is None:
+        raise TableError(
+            f"table {table}: column {column.attname!r} is {column.type_name}, which cannot be "
+            f"copied exactly; a column must be {SUPPORTED}"
+        )
+    return TableColumn(
+        column.attname,
+        column.sql,
+        column.atttypid,
+        column.type_name,
+        None if base == column.atttypid else base,
     )
 
 
-def _check_key_column(table: str, column: sqlalchemy.Row) -> None:
-    if column.atttypid in CHUNKABLE:
+def _supported_base(type_oid: int, types: Mapping[int, Any]) -> int | None:
+    """The type of ``COLUMN_TYPES`` a column of ``type_oid`` is read as, None if none."""
+    found = types[_without_domains(type_oid, types)]
+    if found.is_array:
+        return None if _supported_base(found.typelem, types) is None else TEXT.oid
+    if found.typtype == "e":
+        return TEXT.oid
+    return found.oid if found.oid in COLUMN_TYPES else None
+
+
+def _without_domains(type_oid: int, types: Mapping[int, Any]) -> int:
+    while types[type_oid].typtype == "d":
+        type_oid = types[type_oid].typbasetype
+    return type_oid
+
+
+def _check_key_column(table: str, column: sqlalchemy.Row, base_oid: int) -> None:
+    """Refuse a key column whose order Python cannot reproduce; ``base_oid`` is its type's,
+    or a domain's base type's."""
+    if base_oid in CHUNKABLE:
         return
-    if column.atttypid in TEXT_TYPES:
-        if column.provider == "c" and column.locale in BYTE_ORDERED:
-            return
-        source = f"libc locale {column.locale!r}" if column.provider == "c" else "ICU"
-        raise TableError(
-            f"table {table}: primary-key column {column.attname!r} is {column.type_name} with "
-            f"collation {column.collname!r} ({source}), which does not order by bytes; "
-            f"a key column must be {ALLOWED}"
-        )
+    if base_oid in TEXT_TYPES:
+        if column.provider != "c" or column.locale not in BYTE_ORDERED:
+            source = f"libc locale {column.locale!r}" if column.provider == "c" else "ICU"
+            raise TableError(
+                f"table {table}: primary-key column {column.attname!r} is {column.type_name} "
+                f"with collation {column.collname!r} ({source}), which does not order by "
+                f"bytes; a key column must be {ALLOWED}"
+            )
+        if column.encoding != "UTF8":
+            raise TableError(
+                f"table {table}: primary-key column {column.attname!r} is {column.type_name} "
+                f"with collation {column.collname!r}, which orders by bytes, but the database "
+                f"is encoded in {column.encoding}, where byte order is not code point order; "
+                f"a key column must be {ALLOWED}"
+            )
+        return
     raise TableError(
         f"table {table}: primary-key column {column.attname!r} is {column.type_name}, which "
         f"cannot be chunked; a key column must be {ALLOWED}"

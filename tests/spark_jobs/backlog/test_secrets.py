@@ -2,6 +2,7 @@ import json
 import re
 
 import pytest
+from sqlalchemy.engine import make_url
 
 from spark_jobs.backlog.secrets import (
     REDACTED,
@@ -60,3 +61,29 @@ def test_sparks_redaction_regex_hides_our_metrics_url_and_what_spark_hides():
     assert pattern.search("postgresql://metrics:s3cret@db/m")
     assert pattern.search("spark.hadoop.fs.s3a.secret.key")
     assert not pattern.search("sqlite:////data/metrics.db")
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("postgresql://u:pa/ss@h/db", f"postgresql://u:{REDACTED}@h/db"),
+        ("postgresql://u:p:a/s?s#@h:5432/db", f"postgresql://u:{REDACTED}@h:5432/db"),
+        # A user name holding '@', as some hosted servers ask for: make_url reads it so.
+        ("postgresql://reader@server:pa/ss@h/db", f"postgresql://reader@server:{REDACTED}@h/db"),
+    ],
+)
+def test_a_password_is_hidden_wherever_sqlalchemy_finds_one(url, shown):
+    assert make_url(url).password is not None
+    assert make_url(url).password not in shown
+    assert redact_text(url) == shown
+    assert redact_text(f"cannot connect to {url}: refused") == f"cannot connect to {shown}: refused"
+    assert re.search(SPARK_REDACTION_REGEX, url)
+
+
+@pytest.mark.parametrize(
+    "url", ["postgresql://u@h:5432/db", "postgresql://h/db", "sqlite:////data/m.db"]
+)
+def test_a_url_without_a_password_is_left_as_it_is(url):
+    assert make_url(url).password is None
+    assert redact_text(url) == url
+    assert not re.search(SPARK_REDACTION_REGEX, url)

@@ -1,12 +1,22 @@
-"""Describing a table for a chunked snapshot, against a real PostgreSQL."""
+"""Describing a table for a chunked snapshot, and reading its rows, against a real PostgreSQL."""
 
+import json
 import re
 
 import pytest
 from sqlalchemy import text
 
 from spark_jobs.metrics.schema import make_engine
-from spark_jobs.sources.cdc.table import TableColumn, TableError, describe_table
+from spark_jobs.sources.cdc.changes import ChangeStreamError
+from spark_jobs.sources.cdc.table import (
+    SUPPORTED,
+    Key,
+    TableColumn,
+    TableError,
+    TableShape,
+    describe_table,
+)
+from tests.support.cdc_types import OUTPUT_SETTINGS, TYPE_COLUMNS, create_types_table, literal
 
 
 def create(database, *statements: str) -> None:
@@ -173,3 +183,211 @@ def test_a_database_whose_default_collation_is_not_c_refuses_text_keys(logical_s
             describe_table(engine, "words")
     finally:
         engine.dispose()
+
+
+def rows_of(database, shape: TableShape, after: Key | None = None) -> list[dict]:
+    """The table's rows after ``after`` in key order, every value cast to text, bound with
+    the key's JSON form as a snapshot chunk binds it."""
+    params = {f"k{i}": v for i, v in enumerate(shape.json_key(after) or ())}
+    keys = ", ".join(f"t.{c.sql}" for c in shape.key_columns)
+    bounds = ", ".join(f"CAST(:k{i} AS {c.type_name})" for i, c in enumerate(shape.key_columns))
+    where = f"WHERE ({keys}) > ({bounds}) " if after is not None else ""
+    query = (
+        f"SELECT {', '.join(f't.{c.sql}::text' for c in shape.columns)} FROM {shape.name} t "
+        f"{where}ORDER BY {keys} LIMIT 1000"
+    )
+    with database.connect() as connection:
+        for setting in OUTPUT_SETTINGS:
+            connection.execute(text(setting))
+        found = connection.execute(text(query), params).all()
+    return [shape.typed_row(values) for values in found]
+
+
+def test_a_boolean_column_reads_from_its_output_and_from_its_cast_to_text(database):
+    create(database, "CREATE TABLE flags (id int PRIMARY KEY, ok bool)")
+    create(database, "INSERT INTO flags VALUES (1, true), (2, false), (3, NULL)")
+    shape = describe_table(database, "flags")
+    assert [row["ok"] for row in rows_of(database, shape)] == [True, False, None]  # 'true'
+    assert shape.typed_row(("1", "t")) == {"id": 1, "ok": True}  # bool's output function
+
+
+def test_an_unreadable_value_names_the_table_the_column_and_the_key(database):
+    create(
+        database,
+        'CREATE TABLE far (id int, day date, "at" timestamp, PRIMARY KEY (id, day))',
+        "INSERT INTO far VALUES (7, '2024-02-29', '294250-01-01 00:00:00')",
+    )
+    shape = describe_table(database, "far")
+    expected = (
+        "table public.far, row with key (id, day)=(7, 2024-02-29): cannot read column 'at' = "
+        "'294250-01-01 00:00:00' as timestamp without time zone: outside "
+        "290309-12-21 19:59:05.224193 BC to 294247-01-10 04:00:54.775806 UTC"
+    )
+    with pytest.raises(ValueError) as error:
+        rows_of(database, shape)
+    assert str(error.value).startswith(expected)
+    with pytest.raises(ValueError) as error:
+        shape.typed_change({"id": "7", "day": "2024-02-29", "at": "294250-01-01 00:00:00"})
+    assert str(error.value).startswith(expected)
+
+
+def test_numeric_values_stay_exactly_the_servers_text(database):
+    create(
+        database,
+        "CREATE TABLE amounts (id int PRIMARY KEY, amount numeric)",
+        "INSERT INTO amounts VALUES (1, 0.0000001), (2, 'NaN'), (3, 1.500), (4, '-Infinity')",
+    )
+    shape = describe_table(database, "amounts")
+    arrays = shape.arrow_columns(rows_of(database, shape))
+    assert arrays["amount"].to_pylist() == ["0.0000001", "NaN", "1.500", "-Infinity"]
+
+
+@pytest.mark.parametrize(
+    ("key_type", "values"),
+    [
+        (
+            "numeric",
+            ["NaN", "Infinity", "-Infinity", "0.0000001", "1e-20", "9" * 1000, "-1.5", "2.50"],
+        ),
+        ("date", ["infinity", "-infinity", "4714-11-24 BC", "0044-03-15 BC", "10000-01-01"]),
+        (
+            "timestamp",
+            ["infinity", "-infinity", "0044-03-15 12:00:00.5 BC", "1969-12-31 23:59:59.999999"],
+        ),
+        (
+            "timestamptz",
+            ["infinity", "-infinity", "4714-11-24 00:00:00+00 BC", "2024-02-29 13:05:07+05:30"],
+        ),
+        ("uuid", ["ffffffff-ffff-ffff-ffff-ffffffffffff", "00000000-0000-0000-0000-00000000000a"]),
+        ('text COLLATE "C"', ["é", "z", "", "Z", "😀", "\uff5a"]),
+        ("bigint", [str(-(2**63)), str(2**63 - 1), "0"]),
+    ],
+)
+def test_keys_order_as_on_the_server_and_resume_from_their_json(database, key_type, values):
+    """The typed keys sort as the server sorts them, and each key's JSON form, bound as the
+    chunk query's bound, resumes right after it."""
+    create(database, f"CREATE TABLE keyed (k {key_type} PRIMARY KEY, i int)")
+    try:
+        literals = ", ".join(f"({literal(v)}, {i})" for i, v in enumerate(values))
+        create(database, f"INSERT INTO keyed VALUES {literals}")
+        shape = describe_table(database, "keyed")
+        rows = rows_of(database, shape)
+        keys = [shape.key_of(row) for row in rows]
+        assert keys == sorted(keys) and len(set(keys)) == len(values)
+        with database.connect() as connection:
+            in_order = connection.execute(text("SELECT i FROM keyed ORDER BY k")).scalars().all()
+        assert [row["i"] for row in rows] == in_order
+        for place, key in enumerate(keys):
+            stored = json.loads(json.dumps(shape.json_key(key)))
+            assert shape.typed_key(stored) == key
+            assert [shape.key_of(r) for r in rows_of(database, shape, key)] == keys[place + 1 :]
+    finally:
+        create(database, "DROP TABLE keyed")
+
+
+def test_a_text_key_in_a_database_not_encoded_in_utf8_is_refused(logical_server, database):
+    with database.execution_options(isolation_level="AUTOCOMMIT").connect() as connection:
+        connection.execute(
+            text(
+                "CREATE DATABASE latin TEMPLATE template0 ENCODING 'LATIN1' "
+                "LC_COLLATE 'C' LC_CTYPE 'C'"
+            )
+        )
+    engine = make_engine(logical_server.url.rsplit("/", 1)[0] + "/latin")
+    try:
+        create(engine, 'CREATE TABLE words (word text COLLATE "C" PRIMARY KEY)')
+        with pytest.raises(
+            TableError,
+            match=r"column 'word' is text with collation 'C', which orders by bytes, but the "
+            r"database is encoded in LATIN1, .*in a database encoded in UTF8",
+        ):
+            describe_table(engine, "words")
+        create(engine, "CREATE TABLE numbered (id int PRIMARY KEY, word text)")
+        assert describe_table(engine, "numbered").key == ("id",)
+    finally:
+        engine.dispose()
+
+
+def test_a_table_of_every_supported_type_is_described_with_how_each_is_read(
+    logical_server, database
+):
+    create_types_table(logical_server.url, "every_type")
+    shape = describe_table(database, "every_type")
+    assert [c.name for c in shape.columns] == ["id", *(c.name for c in TYPE_COLUMNS)]
+    kinds = {c.name: c.kind.name for c in shape.columns}
+    assert kinds['Order "Total"'] == "numeric"
+    assert kinds["ints"] == kinds["moods"] == kinds["mood"] == kinds["codes"] == "text"
+    assert (kinds["positive"], kinds["deadline"]) == ("int4", "date")
+    by_name = {c.name: c for c in shape.columns}
+    assert by_name["positive"].type_name == "cdc_positive"
+    assert by_name["positive"].base_oid == 23 and by_name["int"].base_oid is None
+
+
+@pytest.mark.parametrize(
+    ("column_type", "shown"),
+    [
+        ("money", "money"),
+        ("point", "point"),
+        ("box", "box"),
+        ("int4range", "int4range"),
+        ("int4multirange", "int4multirange"),
+        ("tsvector", "tsvector"),
+        ("tsquery", "tsquery"),
+        ("bit(3)", "bit(3)"),
+        ("varbit", "bit varying"),
+        ("pg_lsn", "pg_lsn"),
+        ("oid", "oid"),
+        ("regclass", "regclass"),
+        ("xid", "xid"),
+        ("int2vector", "int2vector"),
+        ("point[]", "point[]"),
+        ("cdc_pair", "cdc_pair"),
+        ("cdc_cash", "cdc_cash"),
+        ("cdc_cash[]", "cdc_cash[]"),
+    ],
+)
+def test_a_column_of_an_unsupported_type_is_refused_by_name(database, column_type, shown):
+    create(
+        database,
+        "CREATE TYPE cdc_pair AS (a int, b text)",
+        "CREATE DOMAIN cdc_cash AS money",
+        f'CREATE TABLE odd (id int PRIMARY KEY, "the value" {column_type})',
+    )
+    try:
+        with pytest.raises(TableError) as error:
+            describe_table(database, "odd")
+        assert str(error.value) == (
+            f"table public.odd: column 'the value' is {shown}, which cannot be copied exactly; "
+            f"a column must be {SUPPORTED}"
+        )
+        assert SUPPORTED.startswith("bool, bytea, int2, int4, int8, float4, float8, numeric, ")
+    finally:
+        create(database, "DROP TABLE odd", "DROP TYPE cdc_pair", "DROP DOMAIN cdc_cash")
+
+
+def test_a_domain_key_is_chunked_as_its_base_type_and_array_or_enum_keys_are_refused(database):
+    create(
+        database,
+        "CREATE DOMAIN cdc_id AS bigint",
+        "CREATE TYPE cdc_size AS ENUM ('small', 'large')",
+        "CREATE TABLE by_domain (id cdc_id PRIMARY KEY)",
+        "CREATE TABLE by_array (id int[] PRIMARY KEY)",
+        "CREATE TABLE by_enum (id cdc_size PRIMARY KEY)",
+        "INSERT INTO by_domain VALUES (5), (-3)",
+    )
+    shape = describe_table(database, "by_domain")
+    assert [row["id"] for row in rows_of(database, shape)] == [-3, 5]
+    assert shape.json_key((5,)) == [5]
+    for table, type_name in (("by_array", r"integer\[\]"), ("by_enum", "cdc_size")):
+        with pytest.raises(
+            TableError, match=f"column 'id' is {type_name}, which cannot be chunked"
+        ):
+            describe_table(database, table)
+
+
+def test_a_change_with_a_column_the_table_was_not_described_with_is_refused(database):
+    create(database, "CREATE TABLE narrow (id int PRIMARY KEY)")
+    shape = describe_table(database, "narrow")
+    assert shape.typed_change({"id": "1"}) == {"id": 1}
+    with pytest.raises(ChangeStreamError, match=r"has columns \['added'\] it was not described"):
+        shape.typed_change({"id": "1", "added": "x"})
