@@ -6,6 +6,11 @@ commit record silently drops that transaction. ``read`` peeks the slot up to the
 what ends by the start, so reading a batch again, however much was written since, returns the
 same rows; ``commit`` advances the slot only once a batch can no longer be replayed.
 
+Planning counts transactions on the server (``ReplicationSlot.summary``), and reading streams
+the changes in pieces of at most ``PIECE_ROWS`` rows, a transaction larger than that spilled
+to a local file until its commit names its end: memory stays flat whatever a transaction's
+size.
+
 Rows have the snapshot's form (``TableShape.arrow_table``) so the two phases share a schema:
 
 - an insert or an update is the whole new row; a delete is the key, other columns null;
@@ -16,13 +21,17 @@ Rows have the snapshot's form (``TableShape.arrow_table``) so the two phases sha
   its column is named in ``_unchanged``: the consumer keeps the value it has (for a key
   update's 'insert', the value of the row deleted just before it).
 
+A transaction that changed no row of the table but carries this slot's heartbeat is a
+position only: a batch may end at it, so the slot follows the server's WAL while the table
+is quiet (``slot.py``).
+
 The rows decoded are only right while the table has the columns it was described with, so a
 TRUNCATE of it or a change decoded with other columns stops the changelog with an error.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterator
 
 import pyarrow as pa
 
@@ -30,18 +39,19 @@ from spark_jobs.sources.cdc.changes import (
     Change,
     ChangeStreamError,
     RelationCache,
-    Transaction,
-    transactions,
+    events,
 )
 from spark_jobs.sources.cdc.coverage import SnapshotCoverage
 from spark_jobs.sources.cdc.lsn import format_lsn
-from spark_jobs.sources.cdc.messages import UNCHANGED, Relation, Truncate
+from spark_jobs.sources.cdc.messages import UNCHANGED, Begin, Commit, Relation, Truncate
 from spark_jobs.sources.cdc.pgoutput import decode
 from spark_jobs.sources.cdc.slot import ReplicationSlot, SlotError
-from spark_jobs.sources.cdc.table import ChangeMark, Row, TableShape
-from spark_jobs.sources.cdc.values import typed_row
+from spark_jobs.sources.cdc.spill import OpenTransaction, Pieces
+from spark_jobs.sources.cdc.table import Row, TableShape
 
 _START_OVER = "start over with a new snapshot (drop the replication slot and read the table afresh)"
+#: Rows per Arrow piece ``read`` yields.
+PIECE_ROWS = 10_000
 
 
 class TableChangedError(ChangeStreamError):
@@ -54,6 +64,7 @@ class Changelog:
     def __init__(self, slot: ReplicationSlot, table: TableShape):
         self._slot = slot
         self.table = table
+        self.schema = table.arrow_table([], []).schema
         #: Whether the last ``plan`` left transactions after its end for the next one.
         self.more_after = False
 
@@ -66,52 +77,55 @@ class Changelog:
         limit = max_changes
         while True:
             # The peek starts at the slot, maybe before start_lsn, so it may need more rows.
-            peeked, pending = self._pending(start_lsn, upto_nchanges=limit)
-            end, taken = start_lsn, 0
-            for transaction in pending:
-                size = len(transaction.changes)
-                if max_changes is not None and taken and taken + size > max_changes:
-                    self.more_after = True
-                    return end
-                end, taken = transaction.end_lsn, taken + size
-            if limit is None or peeked < limit:
-                self.more_after = False
+            summary = self._slot.summary(start_lsn, max_changes, upto_nchanges=limit)
+            self._check_position(start_lsn)
+            end = start_lsn if summary.end is None else summary.end
+            full = max_changes is not None and summary.changes >= max_changes
+            if full or summary.left_out or limit is None or summary.messages < limit:
+                self.more_after = full or summary.left_out > 0
                 return end
-            limit *= 2
+            # Past what this peek saw: a transaction larger than the limit is read once more
+            # at most, not once per doubling.
+            limit = max(2 * limit, summary.messages + limit)
 
     def read(
         self, start_lsn: int, end_lsn: int, coverage: SnapshotCoverage | None = None
-    ) -> pa.Table:
+    ) -> Iterator[pa.RecordBatch]:
         """The row changes of the transactions that end in (``start_lsn``, ``end_lsn``], in
-        commit order, with ``_op``, ``_lsn`` (the commit's end), ``_seq`` (the row's place
-        in its transaction), ``_commit_time`` and ``_unchanged``; without the changes of a
-        key whose snapshot image holds them already, by ``coverage``."""
+        commit order and pieces of at most ``PIECE_ROWS``, with ``_op``, ``_lsn`` (the
+        commit's end), ``_seq`` (the row's place in its transaction), ``_commit_time`` and
+        ``_unchanged``; without the changes of a key whose snapshot image holds them
+        already, by ``coverage``. Nothing when the batch is empty."""
         if end_lsn < start_lsn:
             raise ValueError(
                 f"batch ({format_lsn(start_lsn)}, {format_lsn(end_lsn)}] ends before it starts"
             )
-        rows: list[Row] = []
-        marks: list[ChangeMark] = []
-        if end_lsn > start_lsn:
-            _, pending = self._pending(start_lsn, upto_lsn=end_lsn)
-            if not pending or pending[-1].end_lsn != end_lsn:
-                raise ChangeStreamError(
-                    f"no transaction of {self.table.name} ends at {format_lsn(end_lsn)} on "
-                    f"{self._slot.where}: a batch must end where plan() ended it"
-                )
-            for transaction in pending:
-                changed = [
-                    r for change in transaction.changes for r in self._rows(transaction, change)
-                ]
-                for place, (op, row, unchanged) in enumerate(changed):
-                    end = transaction.end_lsn
-                    if coverage is not None and coverage.has(self.table.key_of(row), end):
-                        continue
-                    rows.append(row)
-                    marks.append(
-                        (op, transaction.end_lsn, place, transaction.commit_time, unchanged)
-                    )
-        return self.table.arrow_table(rows, marks)
+        if end_lsn == start_lsn:
+            return
+        pieces, current = Pieces(PIECE_ROWS), OpenTransaction(self.table, PIECE_ROWS)
+        last_end, begin = None, None
+        peeked = (decode(row.data) for row in self._slot.stream(upto_lsn=end_lsn))
+        for event in events(peeked, RelationCache()):
+            if isinstance(event, Begin):
+                # A commit that starts before the batch's start ends at or before it.
+                begin = None if event.final_lsn < start_lsn else event
+            elif isinstance(event, Commit):
+                if begin is not None:
+                    last_end = event.end_lsn
+                    for rows in current.close(event.end_lsn):
+                        yield from pieces.add(rows)
+            elif begin is not None:
+                for op, row, unchanged in self._rows(begin, event):
+                    key = self.table.key_of(row)
+                    if coverage is None or not coverage.has(key, begin.final_lsn):
+                        current.add(row, op, begin.commit_time, unchanged)
+        self._check_position(start_lsn)
+        if last_end != end_lsn:
+            raise ChangeStreamError(
+                f"no transaction of {self.table.name} ends at {format_lsn(end_lsn)} on "
+                f"{self._slot.where}: a batch must end where plan() ended it"
+            )
+        yield from pieces.rest()
 
     def commit(self, end_lsn: int) -> None:
         """Consume the batches that end at or before ``end_lsn`` (an end ``plan`` gave); an
@@ -123,11 +137,8 @@ class Changelog:
         """What waits after ``end_lsn``, without decoding it: ``bytes_behind`` of WAL."""
         return {"bytes_behind": max(0, self._slot.current_wal_lsn() - end_lsn)}
 
-    def _pending(self, start_lsn: int, **bounds: Any) -> tuple[int, list[Transaction]]:
-        """The number of rows peeked within ``bounds``, and the transactions among them that
-        end after ``start_lsn``."""
-        peeked = self._slot.peek(**bounds)
-        # Checked after the peek: the slot only moves forward, so it started at or before.
+    def _check_position(self, start_lsn: int) -> None:
+        """Checked after a peek: the slot only moves forward, so it started at or before."""
         position = self._slot.confirmed_flush_lsn()
         if position > start_lsn:
             raise SlotError(
@@ -135,12 +146,10 @@ class Changelog:
                 f"{format_lsn(position)}, past the batch start {format_lsn(start_lsn)}: the "
                 "changes in between are gone; a slot must be advanced only to committed ends"
             )
-        found = transactions((decode(row.data) for row in peeked), RelationCache())
-        return len(peeked), [t for t in found if t.end_lsn > start_lsn]
 
-    def _rows(self, transaction: Transaction, change: Change) -> list[tuple[str, Row, list[str]]]:
+    def _rows(self, begin: Begin, change: Change) -> list[tuple[str, Row, list[str]]]:
         """``change`` as rows of the table, each with its ``_op`` and ``_unchanged``."""
-        at = f"in the transaction that ends at {format_lsn(transaction.end_lsn)}"
+        at = f"in the transaction that commits at {format_lsn(begin.final_lsn)}"
         if isinstance(change, Truncate):
             if self.table.oid in change.relation_ids:
                 raise TableChangedError(
@@ -151,12 +160,12 @@ class Changelog:
         if change.relation.relation_id != self.table.oid:
             return []
         self._check_columns(change.relation, at)
-        old = None if change.old is None else typed_row(change.relation, change.old)
+        old = None if change.old is None else self.table.typed_change(change.old)
         if change.new is None:
             return [("delete", self._key_row(old), [])]
         row: Row = {}
         unchanged: list[str] = []
-        for name, value in typed_row(change.relation, change.new).items():
+        for name, value in self.table.typed_change(change.new).items():
             if value is UNCHANGED and old is not None:
                 value = old.get(name, UNCHANGED)
             if value is UNCHANGED:

@@ -6,15 +6,17 @@ a relation's first change in each decoding call, and again after the table chang
 messages must be read in order, none skipped.
 
 A transaction is the unit a reader may take or leave: the slot can only be advanced past
-whole ones without losing changes, so each carries its Commit's end LSN, the position an
-offset may store.
+whole ones without losing changes, so its Commit's end LSN is the position an offset may
+store. Its Begin carries the commit record's own LSN (``final_lsn``): a transaction's commit
+starts before a position ``p`` (a record's end, such as a high watermark's) exactly when it
+ends at or before ``p``, since WAL records do not overlap; so a reader can judge a
+transaction at its Begin, before its changes arrive.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from datetime import datetime
 
 from spark_jobs.sources.cdc.lsn import format_lsn
 from spark_jobs.sources.cdc.messages import (
@@ -22,6 +24,7 @@ from spark_jobs.sources.cdc.messages import (
     Commit,
     Delete,
     Insert,
+    LogicalMessage,
     Message,
     Relation,
     Truncate,
@@ -49,16 +52,8 @@ class RowChange:
 
 
 Change = RowChange | Truncate
-
-
-@dataclass(frozen=True)
-class Transaction:
-    xid: int
-    #: The Commit message's end LSN: advancing the slot here makes the next peek start at
-    #: the following transaction. Advancing to its commit LSN would drop this one.
-    end_lsn: int
-    commit_time: datetime
-    changes: tuple[Change, ...]
+#: What ``events`` yields: a transaction's Begin, its changes, then its Commit.
+Event = Begin | Change | Commit
 
 
 class RelationCache:
@@ -108,40 +103,42 @@ def _named(relation: Relation, values: tuple[Value, ...], keys_only: bool = Fals
     }
 
 
-def transactions(messages: Iterable[Message], relations: RelationCache) -> list[Transaction]:
-    """The transactions in ``messages`` (decoded in order), each from Begin to Commit.
+def events(messages: Iterable[Message], relations: RelationCache) -> Iterator[Event]:
+    """The Begin, row changes and Commit of each transaction in ``messages`` (decoded in
+    order), one at a time, so a transaction of a million changes is never held whole.
 
     A peek returns whole transactions only, so a change outside one, or messages that stop
     inside one, mean they were not a peek's: an error, rather than a guess at a position.
+    A logical message changes no row: inside a transaction it leaves a transaction with no
+    change (a position only), outside one (non-transactional) it is skipped.
     """
-    done: list[Transaction] = []
     begin: Begin | None = None
-    changes: list[Change] = []
     for message in messages:
         if isinstance(message, Relation):
             relations.add(message)
         elif isinstance(message, Begin):
             if begin is not None:
                 raise ChangeStreamError(f"transaction {message.xid} began inside {begin.xid}")
-            begin, changes = message, []
+            begin = message
+            yield message
+        elif isinstance(message, LogicalMessage) and not message.transactional:
+            continue
         elif begin is None:
             raise ChangeStreamError(
                 f"{type(message).__name__} message outside a transaction: "
                 "every change comes between a Begin and its Commit"
             )
         elif isinstance(message, Commit):
-            done.append(
-                Transaction(begin.xid, message.end_lsn, message.commit_time, tuple(changes))
-            )
             begin = None
+            yield message
         elif isinstance(message, Insert | Update | Delete):
-            changes.append(relations.row_change(message))
+            yield relations.row_change(message)
         elif isinstance(message, Truncate):
-            changes.append(message)
-        # Origin and Type messages describe a transaction or a type; they change no row.
+            yield message
+        # Origin, Type and logical messages describe a transaction or a type; they change
+        # no row.
     if begin is not None:
         raise ChangeStreamError(
             f"the messages end inside transaction {begin.xid} (final LSN "
             f"{format_lsn(begin.final_lsn)}), before its Commit"
         )
-    return done

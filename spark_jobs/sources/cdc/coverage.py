@@ -4,8 +4,11 @@ Each chunk's image is its key range as of the chunk's high watermark, and the ch
 starts where the snapshot started, before every chunk. A change of a key is therefore
 emitted only when its transaction ends after the high watermark of the chunk whose range
 holds the key (Flink CDC's ``shouldEmit``): the changes up to that point are in the image,
-the ones after it are not. Once the changelog has passed the last chunk's high watermark,
-every chunk's image is behind it and nothing needs filtering.
+the ones after it are not. A transaction ends at or before a high watermark exactly when
+its commit record starts before it (records do not overlap), so the changelog can judge a
+change by its transaction's commit LSN, which comes before the change, not after. Once the
+changelog has passed the last chunk's high watermark, every chunk's image is behind it and
+nothing needs filtering.
 
 Chunks are consecutive key ranges: chunk ``i`` holds the keys after chunk ``i - 1``'s last
 key up to its own last key; the final chunk has no last key and holds every key after.
@@ -56,7 +59,7 @@ class SnapshotCoverage:
         """The high watermark of the chunk whose range holds ``key``."""
         return self.high_watermarks[bisect_left(self.last_keys, key)]
 
-    def has(self, key: Key, end_lsn: int) -> bool:
+    def has(self, key: Key, commit_lsn: int) -> bool:
         """Whether the image of ``key``'s chunk already holds the change of ``key`` by the
-        transaction that ends at ``end_lsn``."""
-        return end_lsn <= self.high_watermark(key)
+        transaction whose commit record starts at ``commit_lsn``."""
+        return commit_lsn < self.high_watermark(key)

@@ -112,10 +112,24 @@ class Delete:
 
 
 @dataclass(frozen=True)
+class LogicalMessage:
+    """A ``pg_logical_emit_message`` record (sent with the ``messages`` option). A
+    transactional one comes inside its transaction and changes no row: a heartbeat or a
+    snapshot's high watermark, whose transaction's end is a position like any other."""
+
+    transactional: bool
+    lsn: int
+    prefix: str
+    content: bytes
+
+
+@dataclass(frozen=True)
 class Truncate:
     #: Flags: 1 CASCADE, 2 RESTART IDENTITY.
     options: int
     relation_ids: tuple[int, ...]
 
 
-Message = Begin | Commit | Origin | Relation | Type | Insert | Update | Delete | Truncate
+Message = (
+    Begin | Commit | Origin | Relation | Type | Insert | Update | Delete | Truncate | LogicalMessage
+)

@@ -19,6 +19,7 @@ from spark_jobs.sources.cdc.messages import (
     Commit,
     Delete,
     Insert,
+    LogicalMessage,
     Message,
     Origin,
     Relation,
@@ -142,6 +143,13 @@ def _relation(r: _Reader) -> Relation:
     return Relation(relation_id, namespace, name, chr(identity), columns)
 
 
+def _message(r: _Reader) -> LogicalMessage:
+    flags, lsn, prefix = *r.take("BQ"), r.string()
+    (length,) = r.take("I")
+    content = r.take(f"{length}s")[0]
+    return LogicalMessage(bool(flags & 1), lsn, prefix, content)
+
+
 def _truncate(r: _Reader) -> Truncate:
     count, options = r.take("IB")
     return Truncate(options, r.take(f"{count}I"))
@@ -157,6 +165,7 @@ _PARSERS: dict[bytes, Callable[[_Reader], Message]] = {
     b"U": _update,
     b"D": _delete,
     b"T": _truncate,
+    b"M": _message,
 }
 
 
@@ -170,7 +179,7 @@ def decode(data: bytes | memoryview) -> Message:
         known = ", ".join(repr(kind) for kind in _PARSERS)
         raise PgOutputError(
             f"unknown pgoutput message type {data[:1]!r}; protocol version 1 without "
-            f"streaming or logical messages sends only {known}"
+            f"streaming sends only {known}"
         )
     reader = _Reader(data)
     message = parse(reader)

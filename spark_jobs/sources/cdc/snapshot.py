@@ -28,23 +28,24 @@ be harmless, as a key's writes are serialized by its row lock, but is not needed
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.csv as pa_csv
 import sqlalchemy
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
 from spark_jobs.metrics.schema import installed_postgres_driver
-from spark_jobs.sources.cdc.changes import RelationCache, Transaction, transactions
+from spark_jobs.sources.cdc.changes import Event, RelationCache, RowChange, events
 from spark_jobs.sources.cdc.lsn import format_lsn, parse_lsn
-from spark_jobs.sources.cdc.messages import Truncate
+from spark_jobs.sources.cdc.messages import Begin, Commit, Truncate
 from spark_jobs.sources.cdc.pgoutput import decode
 from spark_jobs.sources.cdc.slot import SESSION_SETTINGS, ReplicationSlot, SlotError
 from spark_jobs.sources.cdc.table import Key, Row, TableShape, describe_table
-from spark_jobs.sources.cdc.values import typed_row
 from spark_jobs.sources.storage import create_file, filesystem, resolve_uri
 
 
@@ -95,39 +96,47 @@ class Chunk:
 
 def merge(
     rows: Iterable[Row],
-    changes: Iterable[Transaction],
+    changes: Iterable[Event],
     table: TableShape,
     keys: KeyRange,
     high_watermark: int,
     read: Visibility,
-) -> list[Row]:
+) -> tuple[list[Row], int | None]:
     """``rows`` (typed, as read) with the transactions the read did not see that end at or
-    before ``high_watermark`` applied in order, for keys in ``keys`` only; sorted by key."""
+    before ``high_watermark`` applied in order, for keys in ``keys`` only; sorted by key.
+    Also the end of the last transaction among ``changes`` that ends by the high watermark
+    (None: none), the furthest position the image is as of. Changes are applied as they
+    stream by: a transaction is judged at its Begin, by where its commit starts."""
     image = {table.key_of(row): row for row in rows}
-    for transaction in changes:
-        if transaction.end_lsn > high_watermark or read.sees(transaction.xid):
+    applying, as_of = False, None
+    for event in changes:
+        if isinstance(event, Begin):
+            applying = event.final_lsn < high_watermark and not read.sees(event.xid)
+        elif isinstance(event, Commit):
+            if event.end_lsn <= high_watermark:
+                as_of = event.end_lsn
+        elif not applying:
             continue
-        for change in transaction.changes:
-            if isinstance(change, Truncate):
-                if table.oid in change.relation_ids:
-                    image.clear()
-                continue
-            if change.relation.relation_id != table.oid:
-                continue
-            # An update that moves a row to a new key names the old one: a delete and an
-            # insert. Keys outside the range are never in the image.
-            old = (
-                None if change.old is None else table.key_of(typed_row(change.relation, change.old))
-            )
-            if change.new is None:
-                image.pop(old, None)
-                continue
-            new = typed_row(change.relation, change.new)
-            key = table.key_of(new)
-            before = image.get(key) if old is None else image.pop(old, None)
-            if key in keys:
-                image[key] = table.whole_row(new, before)
-    return [image[key] for key in sorted(image)]
+        elif isinstance(event, Truncate):
+            if table.oid in event.relation_ids:
+                image.clear()
+        elif event.relation.relation_id == table.oid:
+            _apply(image, event, table, keys)
+    return [image[key] for key in sorted(image)], as_of
+
+
+def _apply(image: dict[Key, Row], change: RowChange, table: TableShape, keys: KeyRange) -> None:
+    """One row change on the image. An update that moves a row to a new key names the old
+    one: a delete and an insert. Keys outside the range are never in the image."""
+    old = None if change.old is None else table.key_of(table.typed_change(change.old))
+    if change.new is None:
+        image.pop(old, None)
+        return
+    new = table.typed_change(change.new)
+    key = table.key_of(new)
+    before = image.get(key) if old is None else image.pop(old, None)
+    if key in keys:
+        image[key] = table.whole_row(new, before)
 
 
 def write_chunk(path: str, table: TableShape, rows: list[Row], high_watermark: int) -> None:
@@ -187,13 +196,14 @@ class ChunkReader:
                 f"low watermark {format_lsn(low)} of a chunk of {self.table.name}: changes the "
                 "chunk's read missed are gone; take the snapshot before advancing the slot"
             )
-        peeked = self._slot.peek(upto_lsn=high)
-        changes = transactions((decode(row.data) for row in peeked), RelationCache())
+        peeked = (decode(row.data) for row in self._slot.stream(upto_lsn=high))
         last = self.table.key_of(rows[-1]) if len(rows) == chunk_rows else None
-        merged = merge(rows, changes, self.table, KeyRange(after, last), high, read)
+        merged, as_of = merge(
+            rows, events(peeked, RelationCache()), self.table, KeyRange(after, last), high, read
+        )
         write_chunk(path, self.table, merged, high)
-        as_of = max((t.end_lsn for t in changes if t.end_lsn <= high), default=start)
-        return Chunk(after_key, self.table.json_key(last), len(merged), low, high, as_of, path)
+        end = start if as_of is None else max(as_of, start)
+        return Chunk(after_key, self.table.json_key(last), len(merged), low, high, end, path)
 
     def close(self) -> None:
         self._engine.dispose()
@@ -208,18 +218,54 @@ class ChunkReader:
             connection.commit()
             pause("low")
             snapshot = connection.execute(text("SELECT pg_current_snapshot()::text")).scalar()
-            found = connection.execute(
-                self.table.chunk_query(bounded=after is not None),
-                {**{f"k{i}": str(value) for i, value in enumerate(after or ())}, "limit": limit},
-            ).all()
+            found = self._copy(connection, after, limit)
             connection.commit()
-        return parse_lsn(low), Visibility.parse(snapshot), [self.table.typed_row(r) for r in found]
+        return parse_lsn(low), Visibility.parse(snapshot), found
+
+    def _copy(self, connection: sqlalchemy.Connection, after: Key | None, limit: int) -> list[Row]:
+        """At most ``limit`` rows after the key ``after`` in key order, through ``COPY``: its
+        text comes from each type's output function, as the changelog's does (a cast to
+        text differs: ``true`` for 't', ``char(n)`` without its padding)."""
+        columns = self.table.columns
+        keys = ", ".join(f"t.{column.sql}" for column in self.table.key_columns)
+        where, values = "", []
+        if after is not None:
+            bounds = ", ".join(f"CAST(%s AS {c.type_name})" for c in self.table.key_columns)
+            where, values = f"WHERE ({keys}) > ({bounds}) ", self.table.json_key(after)
+        query = (
+            f"SELECT {', '.join(f't.{c.sql}' for c in columns)} FROM {self.table.name} t "
+            f"{where}ORDER BY {keys} LIMIT %s"
+        )
+        cursor = connection.connection.dbapi_connection.cursor()
+        try:
+            bound = cursor.mogrify(query, [*values, limit]).decode()
+            buffer = io.BytesIO()
+            cursor.copy_expert(f"COPY ({bound}) TO STDOUT WITH (FORMAT csv)", buffer)
+        finally:
+            cursor.close()
+        if not buffer.getvalue():
+            return []
+        names = [f"c{i}" for i in range(len(columns))]
+        found = pa_csv.read_csv(
+            io.BytesIO(buffer.getvalue()),
+            read_options=pa_csv.ReadOptions(column_names=names),
+            parse_options=pa_csv.ParseOptions(newlines_in_values=True),
+            convert_options=pa_csv.ConvertOptions(
+                column_types=dict.fromkeys(names, pa.string()),
+                null_values=[""],
+                strings_can_be_null=True,
+                quoted_strings_can_be_null=False,
+            ),
+        )
+        texts = zip(*found.to_pydict().values(), strict=True)
+        return [self.table.typed_row(values) for values in texts]
 
     def _high_watermark(self) -> int:
         with self._engine.begin() as connection:
             connection.execute(text("SET LOCAL synchronous_commit = on"))
             return parse_lsn(
                 connection.execute(
-                    text("SELECT pg_logical_emit_message(true, 'cdc', 'high watermark')::text")
+                    text("SELECT pg_logical_emit_message(true, :prefix, 'high watermark')::text"),
+                    {"prefix": self._slot.position_prefix},
                 ).scalar()
             )

@@ -1,12 +1,16 @@
 import itertools
 import secrets
 import string
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
 
 import pytest
 from sqlalchemy import text
 
 from spark_jobs.metrics.schema import make_engine
+from spark_jobs.sources.cdc.changes import Change, Event, RelationCache, events
+from spark_jobs.sources.cdc.messages import Begin, Commit, Message
 from spark_jobs.sources.cdc.slot import ReplicationSlot
 from tests.support.postgres import LOGICAL_DECODING, PostgresServer
 
@@ -52,3 +56,41 @@ def slot(logical_server, table):
     yield slot
     slot.drop()
     slot.close()
+
+
+@dataclass(frozen=True)
+class Transaction:
+    """A whole transaction of decoded changes, as tests build and compare them."""
+
+    xid: int
+    #: Its Commit's end; its commit record is taken to start one byte before.
+    end_lsn: int
+    commit_time: datetime
+    changes: tuple[Change, ...]
+
+    def events(self) -> list[Event]:
+        commit_lsn = self.end_lsn - 1
+        return [
+            Begin(commit_lsn, self.commit_time, self.xid),
+            *self.changes,
+            Commit(0, commit_lsn, self.end_lsn, self.commit_time),
+        ]
+
+
+def transactions(messages: Iterable[Message], relations: RelationCache) -> list[Transaction]:
+    """The whole transactions in decoded ``messages``, grouped from ``changes.events``."""
+    found: list[Transaction] = []
+    begin, changes = None, []
+    for event in events(messages, relations):
+        if isinstance(event, Begin):
+            begin, changes = event, []
+        elif isinstance(event, Commit):
+            assert begin is not None
+            found.append(Transaction(begin.xid, event.end_lsn, begin.commit_time, tuple(changes)))
+        else:
+            changes.append(event)
+    return found
+
+
+def as_events(*found: Transaction) -> list[Event]:
+    return [event for transaction in found for event in transaction.events()]

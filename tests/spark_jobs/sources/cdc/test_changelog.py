@@ -1,16 +1,18 @@
 """The changelog phase against a real PostgreSQL with wal_level = logical."""
 
+import tracemalloc
+
 import pyarrow as pa
 import pytest
 from sqlalchemy import text
 
 from spark_jobs.sources.cdc.changelog import Changelog, TableChangedError
-from spark_jobs.sources.cdc.changes import ChangeStreamError, RelationCache, transactions
+from spark_jobs.sources.cdc.changes import ChangeStreamError, RelationCache
 from spark_jobs.sources.cdc.pgoutput import decode
 from spark_jobs.sources.cdc.slot import SlotError
 from spark_jobs.sources.cdc.snapshot import ChunkReader, read_chunk
 from spark_jobs.sources.cdc.table import describe_table
-from tests.spark_jobs.sources.cdc.conftest import BIG
+from tests.spark_jobs.sources.cdc.conftest import BIG, transactions
 
 
 @pytest.fixture
@@ -29,6 +31,11 @@ def commit_ends(slot) -> list[int]:
     """The commit ends of every transaction the slot holds, decoded on their own."""
     found = transactions((decode(row.data) for row in slot.peek()), RelationCache())
     return [t.end_lsn for t in found]
+
+
+def read_all(changelog: Changelog, start: int, end: int, coverage=None) -> pa.Table:
+    """A batch's pieces as one table."""
+    return pa.Table.from_batches(list(changelog.read(start, end, coverage)), changelog.schema)
 
 
 def rows(batch) -> list[tuple]:
@@ -53,7 +60,7 @@ def test_row_changes_in_commit_order_with_their_commits_end(changelog, slot, tab
     e1, e2, e3, e4, e5 = commit_ends(slot)
 
     end = changelog.plan(start)
-    batch = changelog.read(start, end)
+    batch = read_all(changelog, start, end)
 
     assert end == e5
     assert rows(batch) == [
@@ -69,7 +76,7 @@ def test_row_changes_in_commit_order_with_their_commits_end(changelog, slot, tab
     ]
     times = batch.column("_commit_time").to_pylist()
     assert None not in times and times == sorted(times)
-    assert changelog.plan(end) == end and changelog.read(end, end).num_rows == 0
+    assert changelog.plan(end) == end and read_all(changelog, end, end).num_rows == 0
 
 
 def test_rows_have_the_schema_of_snapshot_chunks(
@@ -83,7 +90,7 @@ def test_rows_have_the_schema_of_snapshot_chunks(
     finally:
         reader.close()
 
-    batch = changelog.read(start, changelog.plan(start))
+    batch = read_all(changelog, start, changelog.plan(start))
 
     assert batch.schema == read_chunk(chunk.path).schema
     assert batch.schema.field("_unchanged").type == pa.list_(pa.string())
@@ -104,7 +111,7 @@ def test_batches_of_one_change_take_whole_transactions_once_each(
 
     batches, at = [], start
     while (end := changelog.plan(at, max_changes=1)) != at:
-        batch = changelog.read(at, end)
+        batch = read_all(changelog, at, end)
         batches.append((end, batch.num_rows, set(batch.column("_lsn").to_pylist())))
         if commit_each:
             changelog.commit(end)
@@ -118,13 +125,13 @@ def test_a_batch_read_again_after_more_writes_is_the_same(changelog, slot, table
     write(database, f"INSERT INTO {table} VALUES (1, 'a', NULL), (2, 'b', NULL)")
     write(database, f"UPDATE {table} SET id = 3 WHERE id = 2")
     end = changelog.plan(start)
-    first = changelog.read(start, end)
+    first = read_all(changelog, start, end)
 
     write(database, f"INSERT INTO {table} VALUES (4, 'd', NULL)")
     write(database, f"DELETE FROM {table} WHERE id = 1")
 
     assert first.num_rows == 4
-    assert changelog.read(start, end).equals(first)
+    assert read_all(changelog, start, end).equals(first)
     assert changelog.plan(start) > end
 
 
@@ -139,12 +146,12 @@ def test_commit_moves_the_slot_to_the_end_and_never_back(changelog, slot, table,
     assert slot.confirmed_flush_lsn() == first
 
     second = changelog.plan(first)
-    assert [r["id"] for r in changelog.read(first, second).to_pylist()] == [2, 3]
+    assert [r["id"] for r in read_all(changelog, first, second).to_pylist()] == [2, 3]
     changelog.commit(start)
     changelog.commit(first)
     assert slot.confirmed_flush_lsn() == first
     with pytest.raises(SlotError, match=r"past the batch start"):
-        changelog.read(start, first)
+        read_all(changelog, start, first)
 
     changelog.commit(second)
     assert slot.confirmed_flush_lsn() == second
@@ -156,9 +163,9 @@ def test_an_end_that_is_no_commits_end_is_refused(changelog, slot, table, databa
     write(database, f"INSERT INTO {table} VALUES (1, 'a', NULL)")
     end = changelog.plan(start)
     with pytest.raises(ChangeStreamError, match=r"no transaction of public\.accounts_\d+ ends"):
-        changelog.read(start, end - 1)
+        read_all(changelog, start, end - 1)
     with pytest.raises(ValueError, match="ends before it starts"):
-        changelog.read(end, start)
+        read_all(changelog, end, start)
 
 
 def test_an_unchanged_toasted_value_is_null_and_named_without_an_old_row(
@@ -169,7 +176,7 @@ def test_an_unchanged_toasted_value_is_null_and_named_without_an_old_row(
     write(database, f"UPDATE {table} SET name = 'b' WHERE id = 1")
     write(database, f"UPDATE {table} SET id = 2 WHERE id = 1")
 
-    batch = changelog.read(start, changelog.plan(start))
+    batch = read_all(changelog, start, changelog.plan(start))
 
     assert [row[:4] + row[5:] for row in rows(batch)] == [
         ("update", 1, "b", None, ["notes"]),
@@ -188,7 +195,7 @@ def test_an_unchanged_toasted_value_comes_from_the_old_row_under_replica_identit
     write(database, f"UPDATE {table} SET name = 'b' WHERE id = 1")
     write(database, f"UPDATE {table} SET id = 2 WHERE id = 1")
 
-    batch = changelog.read(start, changelog.plan(start))
+    batch = read_all(changelog, start, changelog.plan(start))
 
     assert [row[:4] + row[5:] for row in rows(batch)] == [
         ("update", 1, "b", BIG, []),
@@ -202,10 +209,10 @@ def test_a_truncate_stops_the_changelog_by_name(changelog, slot, table, database
     write(database, f"INSERT INTO {table} VALUES (1, 'a', NULL)")
     write(database, f"TRUNCATE {table}")
     before = changelog.plan(start, max_changes=1)
-    assert changelog.read(start, before).num_rows == 1
+    assert read_all(changelog, start, before).num_rows == 1
 
     with pytest.raises(TableChangedError, match=rf"table public\.{table} was truncated .*snapshot"):
-        changelog.read(before, changelog.plan(before))
+        read_all(changelog, before, changelog.plan(before))
 
 
 def test_a_column_added_stops_the_changelog_at_the_first_change_after(
@@ -215,11 +222,11 @@ def test_a_column_added_stops_the_changelog_at_the_first_change_after(
     write(database, f"INSERT INTO {table} VALUES (1, 'a', NULL)")
     write(database, f"ALTER TABLE {table} ADD COLUMN extra int")
     quiet = changelog.plan(start)
-    assert changelog.read(start, quiet).num_rows == 1
+    assert read_all(changelog, start, quiet).num_rows == 1
 
     write(database, f"INSERT INTO {table} VALUES (2, 'b', NULL, 7)")
     with pytest.raises(TableChangedError, match=rf"table public\.{table} changed .*'extra'"):
-        changelog.read(quiet, changelog.plan(quiet))
+        read_all(changelog, quiet, changelog.plan(quiet))
 
 
 def test_behind_counts_the_wal_written_after_an_end(changelog, slot, table, database):
@@ -229,3 +236,51 @@ def test_behind_counts_the_wal_written_after_an_end(changelog, slot, table, data
 
     assert changelog.behind(start)["bytes_behind"] >= end - start > 0
     assert changelog.behind(slot.current_wal_lsn() + 10**6) == {"bytes_behind": 0}
+
+
+def test_planning_a_transaction_of_a_million_changes_holds_none_of_them(
+    changelog, slot, table, database
+):
+    """The planner once peeked every change of a batch into memory, twice over for a large
+    transaction; the server now counts them, and the transaction is a batch alone."""
+    start = slot.confirmed_flush_lsn()
+    write(database, f"INSERT INTO {table} SELECT g, 'n', NULL FROM generate_series(1, 1000000) g")
+    write(database, f"UPDATE {table} SET name = 'after' WHERE id = 1")
+    tracemalloc.start()
+    try:
+        end = changelog.plan(start, max_changes=1000)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert end > start and changelog.more_after
+    assert peak < 1_000_000, f"{peak:,} bytes"
+    changelog.commit(end)  # past it: the server need not decode it again
+    after = changelog.plan(end, max_changes=1000)
+    assert rows(read_all(changelog, end, after)) == [("update", 1, "after", None, after, [])]
+
+
+def test_reading_a_large_transaction_keeps_memory_flat(
+    changelog, slot, table, database, monkeypatch
+):
+    """Pieces of at most PIECE_ROWS, the transaction's rows spilled to a local file until its
+    commit: eight times the rows, about the same peak."""
+    monkeypatch.setattr("spark_jobs.sources.cdc.changelog.PIECE_ROWS", 1000)
+    peaks = []
+    for first, size in ((1, 5_000), (100_001, 40_000)):
+        start = slot.confirmed_flush_lsn()
+        write(
+            database,
+            f"INSERT INTO {table} SELECT g, 'n', NULL "
+            f"FROM generate_series({first}, {first + size - 1}) g",
+        )
+        end = changelog.plan(start)
+        tracemalloc.start()
+        try:
+            pieces = [(p.num_rows, p.column("id")[0].as_py()) for p in changelog.read(start, end)]
+            peaks.append(tracemalloc.get_traced_memory()[1])
+        finally:
+            tracemalloc.stop()
+        changelog.commit(end)
+        assert sum(n for n, _ in pieces) == size and max(n for n, _ in pieces) == 1000
+        assert [first_id for _, first_id in pieces] == list(range(first, first + size, 1000))
+    assert peaks[1] < 1.5 * peaks[0], peaks

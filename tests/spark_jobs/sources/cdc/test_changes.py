@@ -2,13 +2,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from spark_jobs.sources.cdc.changes import (
-    ChangeStreamError,
-    RelationCache,
-    RowChange,
-    Transaction,
-    transactions,
-)
+from spark_jobs.sources.cdc.changes import ChangeStreamError, RelationCache, RowChange
 from spark_jobs.sources.cdc.messages import (
     UNCHANGED,
     Begin,
@@ -16,12 +10,14 @@ from spark_jobs.sources.cdc.messages import (
     Commit,
     Delete,
     Insert,
+    LogicalMessage,
     Origin,
     Relation,
     Truncate,
     Type,
     Update,
 )
+from tests.spark_jobs.sources.cdc.conftest import Transaction, transactions
 
 T1 = datetime(2026, 11, 25, 1, tzinfo=UTC)
 T2 = datetime(2026, 11, 25, 2, tzinfo=UTC)
@@ -138,3 +134,15 @@ def test_messages_that_are_not_whole_transactions_are_an_error(messages, problem
     cache.add(ACCOUNTS)
     with pytest.raises(ChangeStreamError, match=problem):
         transactions(messages, cache)
+
+
+def test_a_logical_message_is_a_position_inside_its_transaction_and_skipped_outside():
+    """A heartbeat (transactional) leaves a transaction with no change, whose end a batch
+    may stop at; another job's non-transactional message is no transaction at all."""
+    messages = [
+        LogicalMessage(False, 0x100, "elsewhere", b""),
+        Begin(0x1F0, T1, 700),
+        LogicalMessage(True, 0x1F0, "backlog.position.s", b"heartbeat"),
+        Commit(0, 0x1F0, 0x220, T1),
+    ]
+    assert transactions(messages, RelationCache()) == [Transaction(700, 0x220, T1, ())]

@@ -14,9 +14,9 @@ def test_a_key_belongs_to_the_chunk_whose_range_holds_it(key, watermark):
     assert COVERAGE.high_watermark(key) == watermark
 
 
-def test_a_change_is_in_the_image_up_to_its_chunk_s_high_watermark_only():
-    assert COVERAGE.has((5,), 100)
-    assert not COVERAGE.has((5,), 101)
+def test_a_change_is_in_the_image_when_its_commit_starts_before_the_high_watermark():
+    assert COVERAGE.has((5,), 99)
+    assert not COVERAGE.has((5,), 100)
     assert COVERAGE.has((15,), 250)
     assert not COVERAGE.has((25,), 250)
 

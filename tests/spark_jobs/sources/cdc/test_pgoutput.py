@@ -12,6 +12,7 @@ from spark_jobs.sources.cdc.messages import (
     Commit,
     Delete,
     Insert,
+    LogicalMessage,
     Origin,
     Relation,
     Truncate,
@@ -141,7 +142,15 @@ def test_a_memoryview_as_the_driver_returns_bytea():
     assert decode(memoryview(data)) == Type(1, "s", "t")
 
 
-@pytest.mark.parametrize("kind", [b"M", b"S", b"x", b"\x05"])
+def test_a_logical_message_with_its_flags_prefix_and_content():
+    data = b"M" + struct.pack(">BQ", 1, 0x1_0000_00A0) + string("backlog.position.s")
+    data += struct.pack(">I", 9) + b"heartbeat"
+    assert decode(data) == LogicalMessage(True, 0x1_0000_00A0, "backlog.position.s", b"heartbeat")
+    empty = b"M" + struct.pack(">BQ", 0, 5) + string("x") + struct.pack(">I", 0)
+    assert decode(empty) == LogicalMessage(False, 5, "x", b"")
+
+
+@pytest.mark.parametrize("kind", [b"S", b"x", b"\x05"])
 def test_an_unknown_message_type_is_named(kind):
     with pytest.raises(PgOutputError, match="unknown pgoutput message type") as error:
         decode(kind + b"\0\0\0\0")

@@ -8,13 +8,14 @@ from datetime import UTC, datetime
 import pytest
 from sqlalchemy import text
 
-from spark_jobs.sources.cdc.changes import RelationCache, RowChange, Transaction, transactions
+from spark_jobs.sources.cdc.changes import RelationCache, RowChange
 from spark_jobs.sources.cdc.messages import UNCHANGED, Column, Relation, Truncate
 from spark_jobs.sources.cdc.pgoutput import decode
 from spark_jobs.sources.cdc.slot import ReplicationSlot, SlotError
 from spark_jobs.sources.cdc.snapshot import ChunkReader, KeyRange, Visibility, merge, read_chunk
 from spark_jobs.sources.cdc.table import TableColumn, TableShape
 from spark_jobs.sources.storage import StateFileExists
+from tests.spark_jobs.sources.cdc.conftest import Transaction, as_events, transactions
 
 T = datetime(2026, 11, 25, tzinfo=UTC)
 SHAPE = TableShape(
@@ -48,8 +49,9 @@ def tx(*changes, xid: int = 100, end: int = 0x200) -> Transaction:
     return Transaction(xid, end, T, changes)
 
 
-def merged(*transactions: Transaction, keys: KeyRange = FIRST, high: int = 0x1000) -> list:
-    return [(r["id"], r["name"]) for r in merge(ROWS, transactions, SHAPE, keys, high, READ)]
+def merged(*found: Transaction, keys: KeyRange = FIRST, high: int = 0x1000) -> list:
+    rows, _ = merge(ROWS, as_events(*found), SHAPE, keys, high, READ)
+    return [(r["id"], r["name"]) for r in rows]
 
 
 def test_inserts_updates_and_deletes_inside_the_range_apply_in_key_order():
@@ -84,13 +86,12 @@ def test_a_transaction_across_two_chunks_changes_each_in_its_own_range():
     both = tx(update(5, "E"), update(15, "O"), delete(9), insert(12, "l"))
     second = [{"id": 11, "name": "k"}, {"id": 15, "name": "o"}]
     assert merged(both) == [(2, "b"), (5, "E")]
-    assert [
-        (r["id"], r["name"]) for r in merge(second, [both], SHAPE, KeyRange((10,), None), 99, READ)
-    ] == [(11, "k"), (15, "o")]
-    assert [
-        (r["id"], r["name"])
-        for r in merge(second, [both], SHAPE, KeyRange((10,), None), 0x200, READ)
-    ] == [(11, "k"), (12, "l"), (15, "O")]
+    for high, expected in [
+        (99, [(11, "k"), (15, "o")]),
+        (0x200, [(11, "k"), (12, "l"), (15, "O")]),
+    ]:
+        image, _ = merge(second, as_events(both), SHAPE, KeyRange((10,), None), high, READ)
+        assert [(r["id"], r["name"]) for r in image] == expected
 
 
 def test_only_transactions_the_read_missed_that_end_by_the_high_watermark_apply():
@@ -98,8 +99,10 @@ def test_only_transactions_the_read_missed_that_end_by_the_high_watermark_apply(
     late = tx(update(5, "late"), xid=101, end=0x1001)
     missed = tx(update(9, "missed"), xid=90)
     running = Visibility(100, frozenset({90}))
-    rows = merge(ROWS, [missed, seen, late], SHAPE, FIRST, 0x1000, running)
+    rows, as_of = merge(ROWS, as_events(missed, seen, late), SHAPE, FIRST, 0x1000, running)
     assert [r["name"] for r in rows] == ["b", "e", "missed"]
+    # Seen or applied, every transaction that ends by the high watermark is in the image.
+    assert as_of == 0x200
 
 
 def test_later_transactions_win_and_a_truncate_empties_the_chunk():
@@ -114,7 +117,7 @@ def test_a_value_an_update_left_unchanged_is_kept_from_the_image():
         (3, "i"),
         (5, "e"),
     ]
-    with pytest.raises(ValueError, match=r"key \[4\] left 'name' unchanged"):
+    with pytest.raises(ValueError, match=r"key \[4\] left 'name' .*REPLICA IDENTITY FULL"):
         merged(tx(update(4, UNCHANGED, old_key=40)))
 
 
@@ -134,7 +137,7 @@ def test_a_composite_key_range_compares_whole_keys():
         )
     )
     keys = KeyRange((1, "m"), (2, "c"))
-    image = merge(rows, [inserts], shape, keys, 0x1000, READ)
+    image, _ = merge(rows, as_events(inserts), shape, keys, 0x1000, READ)
     assert [(r["a"], r["b"]) for r in image] == [(1, "m"), (1, "z"), (2, "a"), (2, "c")]
 
 
@@ -313,11 +316,12 @@ def test_as_of_is_a_commit_end_the_slot_may_be_advanced_to(reader, slot, table, 
 
     chunk = reader.next_chunk(None, 10, str(tmp_path / "c.arrow"), write_during)
 
-    peeked = slot.peek()
-    ends = [t.end_lsn for t in transactions((decode(r.data) for r in peeked), RelationCache())]
-    assert ends[-1] == chunk.as_of
+    found = transactions((decode(r.data) for r in slot.peek()), RelationCache())
+    assert [t.end_lsn for t in found if t.changes][-1] == chunk.as_of
     assert slot.advance(chunk.as_of) == chunk.as_of
-    assert slot.peek() == []
+    # What is left is the high watermark's own transaction: a position, no change.
+    (left,) = transactions((decode(r.data) for r in slot.peek()), RelationCache())
+    assert left.changes == () and left.end_lsn > chunk.high_watermark
 
 
 def test_a_chunk_file_is_written_once_and_reads_the_same_twice(reader, tmp_path):
@@ -398,3 +402,31 @@ def test_a_commit_written_before_the_low_watermark_but_not_yet_visible_is_merged
     with database.connect() as connection:
         expected = connection.execute(text(f"SELECT version FROM {table} WHERE id = 2")).scalar()
     assert read_chunk(chunk.path).to_pylist()[0]["version"] == expected > 1
+
+
+def test_a_chunk_reads_each_value_as_its_output_function_writes_it(
+    logical_server, database, tmp_path
+):
+    """The snapshot reads through COPY, as the changelog decodes, the types' output text: a
+    NULL is not an empty string, a char(n) keeps its padding, a boolean is 't' or 'f'
+    (a cast to text would give 'true' and lose the padding)."""
+    write(
+        database,
+        'CREATE TABLE shown (id int PRIMARY KEY, "a note" text, code char(4), ok bool)',
+        "INSERT INTO shown VALUES (1, NULL, 'ab', true), (2, '', NULL, false), "
+        "(3, 'line\nbreak \"quoted\", comma', 'abcd', NULL)",
+    )
+    slot = slot_for(logical_server, "shown")
+    reader = ChunkReader(logical_server.url, "shown", slot)
+    try:
+        chunk = reader.next_chunk(None, 10, str(tmp_path / "c.arrow"))
+        rows = read_chunk(chunk.path).select(["id", "a note", "code", "ok"]).to_pylist()
+    finally:
+        reader.close()
+        slot.drop()
+        slot.close()
+    assert rows == [
+        {"id": 1, "a note": None, "code": "ab  ", "ok": True},
+        {"id": 2, "a note": "", "code": None, "ok": False},
+        {"id": 3, "a note": 'line\nbreak "quoted", comma', "code": "abcd", "ok": None},
+    ]
