@@ -49,6 +49,12 @@ def _lag(value: object) -> tuple[tuple[str, float], ...]:
     )
 
 
+def _health(value: object) -> tuple[tuple[str, str], ...]:
+    if not isinstance(value, dict):
+        return ()
+    return tuple((str(key), str(word)) for key, word in sorted(value.items()))
+
+
 def source_reports(text: str | None) -> tuple[SourceReport, ...]:
     """The entries of a ``sources`` column that name a source."""
     return tuple(
@@ -57,6 +63,7 @@ def source_reports(text: str | None) -> tuple[SourceReport, ...]:
             is_backlog=bool(item.get("is_backlog")),
             rule=_text(item.get("rule")),
             lag=_lag(item.get("lag")),
+            health=_health(item.get("health")),
         )
         for item in _json_list(text) or []
         if item.get("name")

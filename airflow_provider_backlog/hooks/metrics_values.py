@@ -33,12 +33,15 @@ class SourceReport:
         lag rule (``offset-lag``, ``watermark-lag``); None when the source named none.
     :param lag: What the source knew of its distance to the live end, as (metric, value)
         pairs, e.g. ``("offsets_behind_latest", 1200.0)``.
+    :param health: What the source said of its health in words, as (name, value) pairs,
+        e.g. ``("slot_wal_status", "reserved")``.
     """
 
     name: str
     is_backlog: bool
     rule: str | None
     lag: tuple[tuple[str, float], ...]
+    health: tuple[tuple[str, str], ...] = ()
 
     @property
     def held_by_lag(self) -> bool:

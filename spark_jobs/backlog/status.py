@@ -16,7 +16,9 @@ class SourceStatus:
 
     ``phase`` is the source's own word for where it is (a hybrid child's name, say);
     ``lag`` holds whatever distance to the live end it knows (rows or files behind);
-    ``rule`` names what decided the status (``hybrid-phase``, ``pending-files``...).
+    ``rule`` names what decided the status (``hybrid-phase``, ``pending-files``...);
+    ``health`` is what the source says of its health in words (a replication slot's
+    ``slot_wal_status``), for people: no rule reads it.
     """
 
     name: str
@@ -25,13 +27,14 @@ class SourceStatus:
     phase: str | None = None
     lag: Mapping[str, float] = field(default_factory=dict)
     rule: str | None = None
+    health: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def counts_as_backlog(self) -> bool:
         return self.is_backlog and not self.finished
 
     def as_json(self) -> dict[str, object]:
-        return {
+        found: dict[str, object] = {
             "name": self.name,
             "is_backlog": self.is_backlog,
             "finished": self.finished,
@@ -39,6 +42,9 @@ class SourceStatus:
             "lag": dict(self.lag),
             "rule": self.rule,
         }
+        if self.health:
+            found["health"] = dict(self.health)
+        return found
 
 
 class BacklogModel:

@@ -80,7 +80,9 @@ class SourceProgress:
         if not isinstance(end, dict) or "backlog" not in end or "source" not in end:
             return None
         latest = self.latest_offset if isinstance(self.latest_offset, dict) else {}
-        lag = latest.get("lag", {}) if latest.get("child") == end.get("child") else {}
+        same_child = latest.get("child") == end.get("child")
+        lag = latest.get("lag", {}) if same_child else {}
+        health = latest.get("health", {}) if same_child else {}
         return SourceStatus(
             name=str(end["source"]),
             is_backlog=bool(end["backlog"]),
@@ -88,6 +90,7 @@ class SourceProgress:
             phase=str(end.get("phase")),
             lag={k: v for k, v in lag.items() if isinstance(v, int | float)},
             rule="hybrid-phase",
+            health={str(k): str(v) for k, v in health.items()},
         )
 
     def kafka_lag(self) -> KafkaLag | None:

@@ -16,6 +16,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from spark_jobs.backlog.secrets import REDACTED, is_secret_key, redacted_repr
+from spark_jobs.backlog.values import parse_duration
 from spark_jobs.sources.quarantine import Quarantine
 
 Position = dict[str, Any]
@@ -45,12 +46,14 @@ class SourceContext:
 @dataclass(frozen=True)
 class Planned:
     """How far the next batch may go, how many rows that is (None: not known before reading),
-    and what is known about the data left behind (``rows_behind``: rows waiting after
-    ``end``, where known)."""
+    what is known about the data left behind (``rows_behind``: rows waiting after ``end``,
+    where known), and what the source says of its health in words (a replication slot's
+    ``wal_status``, say) for the metrics and whoever reads them."""
 
     end: Position
     lag: Mapping[str, Any] = field(default_factory=dict)
     rows: int | None = None
+    health: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,24 @@ class ChildSource(ABC):
 
     def close(self) -> None:  # noqa: B027 - a hook: most children hold nothing open
         """Release what planning holds open (a client connection); the query has stopped."""
+
+
+def duration_field(
+    spec: Mapping[str, Any],
+    key: str,
+    default: str,
+    minimum_s: float = 0.0,
+    maximum_s: float | None = None,
+) -> float:
+    """A duration field (``"30s"``, ``"2min"``) in seconds, naming the child, field and
+    value when it is wrong."""
+    text = spec_field(spec, key, str, default)
+    try:
+        return parse_duration(text, minimum_s=minimum_s, maximum_s=maximum_s)
+    except ValueError as error:
+        raise ChildSpecError(
+            f"child source {spec.get('name')!r}: field {key!r} = {text!r}: {error}"
+        ) from None
 
 
 def spec_field(spec: Mapping[str, Any], key: str, kind: type, default: Any = None) -> Any:

@@ -226,6 +226,8 @@ class HybridStreamReader(DataSourceStreamReader):
         planned = self.children[index].plan(position, limits)
         end = self._offset(index, planned.end, planned.rows)
         self.latest = {**end, "lag": dict(planned.lag)}
+        if planned.health:
+            self.latest["health"] = dict(planned.health)
         del self.latest["position"]
         if (index, planned.end) == (start["child"], start["position"]):
             return start  # nothing new: no batch

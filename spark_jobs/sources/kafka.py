@@ -30,7 +30,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from spark_jobs.backlog.outage import Outage
 from spark_jobs.backlog.secrets import redacted_repr
-from spark_jobs.backlog.values import format_duration, parse_duration
+from spark_jobs.backlog.values import format_duration
 from spark_jobs.sources.children import (
     ChildSource,
     ChildSpecError,
@@ -39,6 +39,7 @@ from spark_jobs.sources.children import (
     Position,
     ReadablePartition,
     SourceContext,
+    duration_field,
     spec_field,
 )
 from spark_jobs.sources.quarantine import BadInput, Quarantine, range_key
@@ -265,13 +266,9 @@ class KafkaChild(ChildSource):
                 "(it reads assigned offset ranges, commits nothing and never resets offsets)"
             )
         starting = parse_starting_offsets(name, spec.get("startingOffsets", "latest"), topics)
-        outage = spec_field(spec, "outageTimeout", str, DEFAULT_OUTAGE_TIMEOUT)
-        try:
-            outage_timeout_s = parse_duration(outage, maximum_s=MAX_OUTAGE_TIMEOUT_S)
-        except ValueError as error:
-            raise ChildSpecError(
-                f"child source {name!r}: field 'outageTimeout' = {outage!r}: {error}"
-            ) from None
+        outage_timeout_s = duration_field(
+            spec, "outageTimeout", DEFAULT_OUTAGE_TIMEOUT, maximum_s=MAX_OUTAGE_TIMEOUT_S
+        )
         state = None
         if context.state_location:
             state = StateDirectory(f"{resolve_uri(context.state_location)}/{name}")

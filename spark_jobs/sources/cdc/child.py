@@ -9,14 +9,22 @@ before the first chunk (the ``lsn`` every position carries), and drops the chang
 chunk's image already holds (``coverage.py``). Each changelog position is a commit's end,
 and Spark's commit of a batch advances the slot to it; nothing moves the slot before.
 
-The snapshot is backlog, the changelog live (``backlog_at``); the lag rules then act on the
-bytes of WAL after a batch, so a pile-up of changes makes the job re-enter backlog.
+The snapshot is backlog, and so is the changelog until it has passed the last chunk's high
+watermark (``backlog_at``): only from there does the copy equal the table as of one position,
+so "live" means "consistent" and a DAG can wait for it. The lag rules then act on the bytes
+of WAL after a batch, so a pile-up of changes makes the job re-enter backlog.
+
+Each plan also reports the slot's health (WAL it keeps, ``wal_status``, the server's cap),
+writes a heartbeat while the table is quiet and the server busy (``heartbeat.py``), and rides
+out a server that is away (restarting, say) for ``outageTimeout``: no batch meanwhile, then
+a failure by name.
 
 Spec fields: ``connection`` (a ``postgresql://user@host:port/db`` URL without a password: it
 comes from ``BACKLOG_CDC_PASSWORD``, since options show in query plans), ``table``
 (``name`` or ``schema.name``), ``chunkRows`` (rows per chunk, default 20000), ``slot`` and
 ``publication`` (default: one name derived from the state location, so each checkpoint has
-its own slot). ``stateLocation`` is required. ``teardown`` drops the slot and publication.
+its own slot), ``heartbeatInterval`` (default 10s) and ``outageTimeout`` (default 2min).
+``stateLocation`` is required. ``teardown`` drops the slot and publication.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
@@ -33,16 +42,21 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from spark_jobs.backlog.lag import OFFSETS_BEHIND_LATEST
+from spark_jobs.backlog.outage import Outage
 from spark_jobs.backlog.secrets import redact_text
+from spark_jobs.backlog.values import format_duration
 from spark_jobs.metrics.schema import installed_postgres_driver, with_password
 from spark_jobs.sources.cdc.changelog import Changelog
 from spark_jobs.sources.cdc.coverage import SnapshotCoverage
+from spark_jobs.sources.cdc.heartbeat import HeartbeatSchedule
 from spark_jobs.sources.cdc.lsn import format_lsn, parse_lsn
 from spark_jobs.sources.cdc.slot import (
     ReplicationSlot,
     SlotError,
+    SlotHealth,
     check_logical_decoding,
     check_name,
+    is_outage,
 )
 from spark_jobs.sources.cdc.snapshot import Chunk, ChunkReader, read_chunk
 from spark_jobs.sources.cdc.table import TableError, TableShape, describe_table
@@ -54,6 +68,7 @@ from spark_jobs.sources.children import (
     Position,
     ReadablePartition,
     SourceContext,
+    duration_field,
     spec_field,
 )
 from spark_jobs.sources.files import check_types
@@ -63,6 +78,11 @@ logger = logging.getLogger(__name__)
 
 PASSWORD_ENV = "BACKLOG_CDC_PASSWORD"
 DEFAULT_CHUNK_ROWS = 20_000
+DEFAULT_HEARTBEAT_INTERVAL = "10s"
+DEFAULT_OUTAGE_TIMEOUT = "2min"
+MAX_OUTAGE_TIMEOUT_S = 7 * 86_400.0
+#: The first pause of a read retried while the server is away; it doubles up to a second.
+_READ_RETRY_PAUSE_S = 0.1
 SNAPSHOT, CHANGELOG = "snapshot", "changelog"
 
 
@@ -114,19 +134,41 @@ class ChangelogPartition(ReadablePartition):
     ):
         self._url = child.url
         self.slot, self.publication, self.table = child.slot, child.publication, child.table
-        self.shape = child.shape
+        self.shape, self.outage_timeout_s = child.shape, child.outage_timeout_s
         self.start, self.end, self.coverage = start, end, coverage
 
     def __repr__(self) -> str:
         return f"ChangelogPartition({self.slot}, {format_lsn(self.start)}..{format_lsn(self.end)})"
 
     def read(self, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-        slot = ReplicationSlot(self._url, self.slot, self.publication, self.table)
-        try:
-            changes = Changelog(slot, self.shape).read(self.start, self.end, self.coverage)
-        finally:
-            slot.close()
-        yield from changes.select(schema.names).cast(schema).to_batches()
+        """The batch's rows; a read cut by the server going away starts over once it is
+        back and skips the rows already given, which a replay gives in the same order."""
+        given, outage, pause = 0, Outage(self.outage_timeout_s), _READ_RETRY_PAUSE_S
+        while True:
+            slot = ReplicationSlot(self._url, self.slot, self.publication, self.table)
+            try:
+                skip = given
+                for piece in Changelog(slot, self.shape).read(self.start, self.end, self.coverage):
+                    if skip >= piece.num_rows:
+                        skip -= piece.num_rows
+                        continue
+                    piece, skip = piece.slice(skip), 0
+                    yield (
+                        pa.Table.from_batches([piece])
+                        .select(schema.names)
+                        .cast(schema)
+                        .to_batches()[0]
+                    )
+                    given += piece.num_rows
+                return
+            except sqlalchemy.exc.DBAPIError as error:
+                if not is_outage(error) or not outage.failed():
+                    raise
+                logger.warning("%r: the server is away (%s); reading again", self, error.orig)
+            finally:
+                slot.close()
+            time.sleep(pause)
+            pause = min(2 * pause, 1.0)
 
 
 class PostgresCdcChild(ChildSource):
@@ -144,11 +186,14 @@ class PostgresCdcChild(ChildSource):
         publication: str,
         state: StateDirectory,
         shape: TableShape,
+        heartbeat_interval_s: float,
+        outage_timeout_s: float,
     ):
         super().__init__(name)
         self.url, self.table, self.chunk_rows = url, table, chunk_rows
         self.slot, self.publication = slot, publication
         self.state, self.shape = state, shape
+        self.outage_timeout_s = outage_timeout_s
         self.chunks = StateDirectory(f"{state.location}/chunks")
         self._slot: ReplicationSlot | None = None
         self._reader: ChunkReader | None = None
@@ -156,6 +201,11 @@ class PostgresCdcChild(ChildSource):
         self._start: Position | None = None
         #: Chunk files before this one are removed (only listed again after a restart).
         self._chunks_removed = 0
+        self._heartbeat = HeartbeatSchedule(heartbeat_interval_s)
+        self._outage = Outage(outage_timeout_s)
+        self._last_lag: dict[str, int] = {}
+        self._last_health: dict[str, str] = {}
+        self._warned_unbounded = False
 
     def __getstate__(self) -> dict[str, Any]:
         """Executors get the spec, not the planner's connections."""
@@ -184,17 +234,44 @@ class PostgresCdcChild(ChildSource):
                 check_name(field, value)
             except ValueError as error:
                 raise ChildSpecError(f"child source {name!r}: field {field!r}: {error}") from None
+        heartbeat_interval_s = duration_field(
+            spec, "heartbeatInterval", DEFAULT_HEARTBEAT_INTERVAL, minimum_s=0.1
+        )
+        outage_timeout_s = duration_field(
+            spec, "outageTimeout", DEFAULT_OUTAGE_TIMEOUT, maximum_s=MAX_OUTAGE_TIMEOUT_S
+        )
         shape = checked_table(name, url, table)
         _check_schema(name, shape, context.schema)
         state = StateDirectory(f"{resolve_uri(context.state_location)}/{name}")
-        return cls(name, url, table, chunk_rows, slot, publication, state, shape)
+        return cls(
+            name,
+            url,
+            table,
+            chunk_rows,
+            slot,
+            publication,
+            state,
+            shape,
+            heartbeat_interval_s,
+            outage_timeout_s,
+        )
 
     # --- connections, in the planner only ----------------------------------------------
 
     @property
     def replication_slot(self) -> ReplicationSlot:
+        """The slot, its publication checked at every start of the query once it exists:
+        a publication changed since (an action, a row filter, a column list, the table
+        dropped from it) would make the changelog silently partial."""
         if self._slot is None:
-            self._slot = ReplicationSlot(self.url, self.slot, self.publication, self.table)
+            slot = ReplicationSlot(self.url, self.slot, self.publication, self.table)
+            if self.STARTING in self.state.names(self.STARTING):
+                try:
+                    slot.check_publication()
+                except BaseException:
+                    slot.close()
+                    raise
+            self._slot = slot
         return self._slot
 
     @property
@@ -232,18 +309,54 @@ class PostgresCdcChild(ChildSource):
         return start
 
     def backlog_at(self, position: Position) -> bool:
-        return position["phase"] == SNAPSHOT
+        """Backlog until the changelog has passed every chunk's high watermark: before, the
+        copy holds each chunk as of its own moment, not the table as of one."""
+        if position["phase"] == SNAPSHOT:
+            return True
+        return parse_lsn(position["lsn"]) < self.coverage(position["chunks"]).until
 
     def is_exhausted(self, position: Position) -> bool:
         return False
 
     def plan(self, start: Position, limits: Limits) -> Planned:
-        if start["phase"] == CHANGELOG:
-            return self._plan_changes(start, limits)
-        if start.get("done"):
-            changelog = {"phase": CHANGELOG, "lsn": start["lsn"], "chunks": start["chunks"]}
-            return self._plan_changes(changelog, limits)
-        return self._plan_chunks(start, limits)
+        try:
+            if start["phase"] == CHANGELOG:
+                planned = self._plan_changes(start, limits)
+            elif start.get("done"):
+                changelog = {"phase": CHANGELOG, "lsn": start["lsn"], "chunks": start["chunks"]}
+                planned = self._plan_changes(changelog, limits)
+            else:
+                planned = self._plan_chunks(start, limits)
+        except sqlalchemy.exc.DBAPIError as error:
+            if not is_outage(error):
+                raise
+            return self._ride_out(start, error)
+        lasted = self._outage.recovered()
+        if lasted is not None:
+            logger.warning(
+                "child source %r: the server answers again after %s",
+                self.name,
+                format_duration(lasted),
+            )
+        return planned
+
+    def _ride_out(self, start: Position, error: sqlalchemy.exc.DBAPIError) -> Planned:
+        """No batch while the server does not answer, for ``outageTimeout``; then fail."""
+        self.close()  # the pools' connections are dead
+        if not self._outage.ongoing:
+            logger.warning(
+                "child source %r: the server at %s is away (%s); planning no batch until it "
+                "answers (for up to %s)",
+                self.name, redact_text(self.url), str(error.orig).strip(),
+                format_duration(self.outage_timeout_s),
+            )  # fmt: skip
+        if not self._outage.failed():
+            raise SlotError(
+                f"child source {self.name!r}: the server at {redact_text(self.url)} has not "
+                f"answered for {format_duration(self._outage.lasted_s)} (outageTimeout "
+                f"{format_duration(self.outage_timeout_s)}): {str(error.orig).strip()}"
+            ) from None
+        return Planned(start, self._last_lag, health=self._last_health)
 
     def _plan_chunks(self, start: Position, limits: Limits) -> Planned:
         """Copy the next chunks: as many as ``max_rows`` holds (at least one), all without."""
@@ -263,7 +376,8 @@ class PostgresCdcChild(ChildSource):
                 self.shape.name,
                 index,
             )
-        return Planned(end, {}, rows)
+        health = self._health()
+        return Planned(end, self._lag(0, health), rows, self._describe(health))
 
     def _copy_chunk(self, index: int, after: list[Any] | None) -> Chunk:
         """Chunk ``index``: a file from a plan that no offset recorded is replaced."""
@@ -282,20 +396,62 @@ class PostgresCdcChild(ChildSource):
         changelog = Changelog(self.replication_slot, self.shape)
         start_lsn = parse_lsn(start["lsn"])
         end_lsn = changelog.plan(start_lsn, limits.max_rows)
-        behind = changelog.behind(end_lsn) if changelog.more_after else {"bytes_behind": 0}
-        lag = {OFFSETS_BEHIND_LATEST: behind["bytes_behind"], **behind}
-        return Planned({**start, "lsn": format_lsn(end_lsn)}, lag)
+        behind = changelog.behind(end_lsn)["bytes_behind"] if changelog.more_after else 0
+        health = self._health()
+        if self._heartbeat.due(end_lsn == start_lsn, health.trailing_wal_bytes):
+            self.replication_slot.heartbeat()
+        end = {**start, "lsn": format_lsn(end_lsn)}
+        return Planned(end, self._lag(behind, health), health=self._describe(health))
+
+    def _health(self) -> SlotHealth:
+        """The slot's health (a lost slot fails by name); the first time an unbounded
+        ``max_slot_wal_keep_size`` is seen, a warning says what it risks."""
+        health = self.replication_slot.health()
+        if health.unbounded and not self._warned_unbounded:
+            self._warned_unbounded = True
+            logger.warning(
+                "child source %r: max_slot_wal_keep_size is -1 on %s, so the server keeps "
+                "WAL for slot %r without limit: a job stopped for long can fill its disk; "
+                "set max_slot_wal_keep_size (the slot is then lost, and the job fails by "
+                "name, rather than the server)",
+                self.name, redact_text(self.url), self.slot,
+            )  # fmt: skip
+        return health
+
+    def _lag(self, bytes_behind: int, health: SlotHealth) -> dict[str, int]:
+        self._last_lag = {
+            OFFSETS_BEHIND_LATEST: bytes_behind,
+            "bytes_behind": bytes_behind,
+            "slot_retained_wal_bytes": health.retained_wal_bytes,
+        }
+        return self._last_lag
+
+    def _describe(self, health: SlotHealth) -> dict[str, str]:
+        keep = "unlimited" if health.unbounded else health.max_slot_wal_keep_size
+        self._last_health = {"slot_wal_status": health.wal_status, "max_slot_wal_keep_size": keep}
+        return self._last_health
 
     def commit(self, position: Position) -> None:
         """Spark will not read before ``position`` again: copied chunks' files may go, and
-        in the changelog the slot moves to it."""
+        in the changelog the slot moves to it. With the server away, the slot stays behind
+        until a later commit: behind is safe, ahead would lose changes."""
         if position["chunks"] > self._chunks_removed:
             for name in self.chunks.names(".arrow"):
                 if int(name.split(".")[0]) < position["chunks"]:
                     self.chunks.remove(name)
             self._chunks_removed = position["chunks"]
         if position["phase"] == CHANGELOG:
-            Changelog(self.replication_slot, self.shape).commit(parse_lsn(position["lsn"]))
+            try:
+                Changelog(self.replication_slot, self.shape).commit(parse_lsn(position["lsn"]))
+            except sqlalchemy.exc.DBAPIError as error:
+                if not is_outage(error):
+                    raise
+                self.close()
+                logger.warning(
+                    "child source %r: the slot stays behind %s until a later commit: the "
+                    "server is away (%s)",
+                    self.name, position["lsn"], str(error.orig).strip(),
+                )  # fmt: skip
 
     # --- reading -----------------------------------------------------------------------
 

@@ -3,21 +3,33 @@
 Peeking (``pg_logical_slot_peek_binary_changes``) reads changes without consuming them, so
 a batch replays the same rows until it is committed; the slot moves only when told to
 (``pg_replication_slot_advance``), to the end of a transaction an offset stored. A
-walsender connection would confirm positions as it streams instead. Every statement runs
-on an AUTOCOMMIT connection, as the slot functions need: creating a slot inside a
-transaction that has written is refused, and an open one would hold back the server.
+walsender connection would confirm positions as it streams instead. Statements run on an
+AUTOCOMMIT connection, as the slot functions need: creating a slot inside a transaction
+that has written is refused, and an open one would hold back the server. Only a streamed
+peek runs in a (read-only) transaction, which a server-side cursor needs: rows then arrive
+in bounded pieces, however large the transaction they belong to.
+
+Planning a batch needs only where transactions end and how many changes each holds, so the
+server counts them (``summary``) and no change is sent or decoded in Python for it.
 
 The changes are decoded by the calling connection's backend, with its settings, so each
 connection first sets those that shape the text of values to what ``values.py`` reads.
+
+The slot keeps every WAL file from its ``restart_lsn`` on, and moves only when a batch
+commits a position of ours; PostgreSQL sends nothing for a transaction that changed no
+published table. So a quiet table in a busy database would hold WAL without bound: a
+``heartbeat`` (a transactional logical message, sent with the ``messages`` option) gives
+the changelog a position of its own to commit, as Debezium's heartbeat does.
 """
 
 from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, NamedTuple
+from dataclasses import dataclass
+from typing import Any, NamedTuple, TypeVar
 
 import sqlalchemy
 from sqlalchemy import text
@@ -28,6 +40,17 @@ from spark_jobs.metrics.schema import installed_postgres_driver
 from spark_jobs.sources.cdc.lsn import format_lsn, parse_lsn
 
 PLUGIN = "pgoutput"
+#: The plugin's options: protocol 1, the publication's tables, and logical messages (for
+#: heartbeats; non-transactional ones are skipped by ``changes.events``).
+_OPTIONS = "'proto_version', '1', 'publication_names', :publication, 'messages', 'true'"
+#: Rows a streamed peek fetches at a time.
+STREAM_ROWS = 2_000
+#: The prefix of this slot's own position messages (heartbeats, and a snapshot chunk's high
+#: watermark); the slot's name follows it. A transaction of one of them is a position the
+#: changelog may end a batch at, though it changes no row.
+POSITION_PREFIX = "backlog.position."
+#: The four kinds of change a publication must publish for the copy to stay whole.
+PUBLISHED_ACTIONS = ("insert", "update", "delete", "truncate")
 #: How long a statement on the slot waits for another session to let go of it.
 BUSY_WAIT_S = 60.0
 #: SQLSTATE of "replication slot ... is active for PID ...".
@@ -39,8 +62,43 @@ _NAME = re.compile(r"[a-z0-9_]{1,63}")
 #: bytea and floats in the form ``values.py`` reads.
 SESSION_SETTINGS = text(
     "SELECT set_config('DateStyle', 'ISO', false), set_config('TimeZone', 'UTC', false), "
-    "set_config('bytea_output', 'hex', false), set_config('extra_float_digits', '1', false)"
+    "set_config('bytea_output', 'hex', false), set_config('extra_float_digits', '1', false), "
+    "set_config('IntervalStyle', 'postgres', false)"
 )
+#: Per transaction after the slot: where it ends, how many row changes (insert, update,
+#: delete, truncate) it holds, and whether it is this slot's heartbeat; counted on the server
+#: (``get_byte(data, 0)`` is a message's type), so no change travels to plan a batch. The
+#: last transaction that fits in ``:max_changes`` (None: all; the first always) ends the
+#: batch; ``left_out`` counts those after it. A transaction that is only another's logical
+#: message (another job's heartbeat) is a batch of its own only when nothing else is.
+_SUMMARY = text(
+    "WITH m AS MATERIALIZED (SELECT lsn, xid, get_byte(data, 0) AS kind, "
+    "  get_byte(data, 0) = 77 AND substring(data FROM 11 FOR :prefix_bytes) = :prefix "
+    "  AS ours "
+    f"  FROM pg_logical_slot_peek_binary_changes(:slot, NULL, "
+    f"    CAST(:upto_nchanges AS integer), {_OPTIONS})), "
+    "t AS (SELECT max(lsn) FILTER (WHERE kind = 67) AS end_lsn, "
+    "  count(*) FILTER (WHERE kind IN (73, 85, 68, 84)) AS changes, bool_or(ours) AS ours "
+    "  FROM m WHERE xid <> 0 GROUP BY xid), "
+    "r AS (SELECT end_lsn, sum(changes) OVER (ORDER BY end_lsn) AS running, "
+    "  row_number() OVER (ORDER BY end_lsn) AS n FROM t "
+    "  WHERE end_lsn > CAST(:start AS pg_lsn) AND (changes > 0 OR ours)) "
+    "SELECT (SELECT count(*) FROM m) AS messages, "
+    "(SELECT max(end_lsn) FROM r WHERE n = 1 OR CAST(:max_changes AS bigint) IS NULL "
+    "  OR running <= :max_changes)::text AS end_lsn, "
+    "(SELECT coalesce(max(running), 0) FROM r WHERE n = 1 "
+    "  OR CAST(:max_changes AS bigint) IS NULL OR running <= :max_changes) AS changes, "
+    "(SELECT count(*) FROM r WHERE NOT (n = 1 OR CAST(:max_changes AS bigint) IS NULL "
+    "  OR running <= :max_changes)) AS left_out"
+)
+
+_PEEK = text(
+    "SELECT lsn::text AS lsn, xid::text::bigint AS xid, data "
+    "FROM pg_logical_slot_peek_binary_changes(:slot, CAST(:upto_lsn AS pg_lsn), "
+    f"CAST(:upto_nchanges AS integer), {_OPTIONS})"
+)
+
+T = TypeVar("T")
 
 
 def check_name(what: str, name: str) -> None:
@@ -74,12 +132,97 @@ class SlotError(RuntimeError):
     """The server or the slot cannot serve changes; the message names the setting or state."""
 
 
+def is_outage(error: Exception) -> bool:
+    """Whether ``error`` says the server is away (refused, cut, shutting down, restarting)
+    rather than that a statement is wrong: such an outage is ridden out, not failed on."""
+    if not isinstance(error, sqlalchemy.exc.OperationalError | sqlalchemy.exc.InterfaceError):
+        return False
+    code = getattr(error.orig, "sqlstate", None) or getattr(error.orig, "pgcode", None)
+    return code is None or code.startswith("08") or code in ("57P01", "57P02", "57P03")
+
+
 class PeekedRow(NamedTuple):
     """One row of a peek: ``lsn`` is the message's (for a Commit, its end), ``xid`` 32-bit."""
 
     lsn: int
     xid: int
     data: bytes
+
+
+@dataclass(frozen=True)
+class BatchSummary:
+    """What the slot holds after a start, as ``summary`` counted it: ``messages`` peeked
+    (the bound a peek stops at), the ``end`` of the last transaction that fits (None:
+    nothing new), the row ``changes`` up to there, and how many transactions were
+    ``left_out`` after it."""
+
+    messages: int
+    end: int | None
+    changes: int
+    left_out: int
+
+
+@dataclass(frozen=True)
+class SlotHealth:
+    """What the slot costs the server: WAL kept for it from its ``restart_lsn``, WAL the
+    server wrote after the slot's position, whether the kept WAL is safe (``wal_status``),
+    and the server's cap (``max_slot_wal_keep_size``, '-1': none, so the WAL of a stuck
+    slot grows until the disk is full)."""
+
+    retained_wal_bytes: int
+    trailing_wal_bytes: int
+    wal_status: str
+    max_slot_wal_keep_size: str
+
+    @property
+    def unbounded(self) -> bool:
+        return self.max_slot_wal_keep_size == "-1"
+
+
+class _Cursor:
+    """A server-side cursor in a read-only transaction of its own pooled connection.
+    (SQLAlchemy's ``stream_results`` keeps what it fetched; psycopg's named cursor alone
+    holds one fetch at a time.)"""
+
+    def __init__(self, pooled: Any, dbapi: Any):
+        self._pooled, self._dbapi = pooled, dbapi
+        self._connection = pooled.dbapi_connection
+        self._connection.autocommit = False
+        self._cursor: Any = None
+        self._statement = ""
+
+    def open(self, statement: str, bounds: dict[str, Any]) -> list:
+        self._statement = statement
+        with self._errors():
+            setup = self._connection.cursor()
+            setup.execute(str(SESSION_SETTINGS))
+            setup.close()
+            self._cursor = self._connection.cursor(name="backlog_peek")
+            self._cursor.execute(statement, bounds)
+        return self.cursor_fetch()
+
+    def cursor_fetch(self) -> list:
+        with self._errors():
+            return self._cursor.fetchmany(STREAM_ROWS)
+
+    @contextmanager
+    def _errors(self) -> Iterator[None]:
+        """The driver's errors as SQLAlchemy's, as every other statement raises them."""
+        try:
+            yield
+        except self._dbapi.Error as error:
+            raise sqlalchemy.exc.DBAPIError.instance(
+                self._statement, None, error, self._dbapi.Error
+            ) from error
+
+    def close(self) -> None:
+        try:
+            self._connection.rollback()
+            self._connection.autocommit = True
+        except self._dbapi.Error:
+            self._pooled.invalidate()  # a connection left in a transaction must not be reused
+        finally:
+            self._pooled.close()
 
 
 class ReplicationSlot:
@@ -133,6 +276,66 @@ class ReplicationSlot:
                     f"{existing.plugin!r} in database {existing.database!r}; expected "
                     f"{PLUGIN!r} in {existing.here!r}: choose another slot name"
                 )
+        self.check_publication()
+
+    def check_publication(self) -> None:
+        """Refuse a publication that would not carry every change of the table: one that
+        does not hold it (a publication left by another table's query under the same name),
+        publishes fewer than all four actions, filters its rows or lists only some columns.
+        Any of these makes the changelog silently empty or partial."""
+        with self._connection() as connection:
+            found = connection.execute(
+                text(
+                    "SELECT pubinsert, pubupdate, pubdelete, pubtruncate FROM pg_publication "
+                    "WHERE pubname = :publication"
+                ),
+                {"publication": self.publication},
+            ).first()
+            if found is None:
+                raise SlotError(
+                    f"no publication {self.publication!r} on {self.where}: it was dropped "
+                    "while the slot was kept; drop the slot too and read the table afresh"
+                )
+            newer = connection.execute(text("SHOW server_version_num")).scalar_one()
+            details = "attnames, rowfilter" if int(newer) >= 150000 else "NULL, NULL"
+            carried = connection.execute(
+                text(
+                    f"SELECT {details}, (SELECT array_agg(attname::text ORDER BY attnum) "
+                    "  FROM pg_attribute WHERE attrelid = c.oid AND attnum > 0 "
+                    "  AND NOT attisdropped) AS columns "
+                    "FROM pg_publication_tables pt JOIN pg_namespace n ON n.nspname = "
+                    "pt.schemaname JOIN pg_class c ON c.relnamespace = n.oid AND "
+                    "c.relname = pt.tablename WHERE pt.pubname = :publication "
+                    "AND c.oid = to_regclass(:table)"
+                ),
+                {"publication": self.publication, "table": self._table()},
+            ).first()
+        named = f"publication {self.publication!r} on {self.where}"
+        if carried is None:
+            raise SlotError(
+                f"{named} does not publish table {self.table}, so none of its changes would "
+                "arrive (is it left from a query on another table? the default name comes "
+                "from the checkpoint path): give another --checkpoint, or ALTER PUBLICATION "
+                f"{self.publication} ADD TABLE {self._table()}"
+            )
+        missing = [a for a, on in zip(PUBLISHED_ACTIONS, found, strict=True) if not on]
+        if missing:
+            raise SlotError(
+                f"{named} does not publish {', '.join(missing)}, so those changes of "
+                f"{self.table} would never arrive: ALTER PUBLICATION {self.publication} "
+                f"SET (publish = '{', '.join(PUBLISHED_ACTIONS)}')"
+            )
+        if carried[1] is not None:
+            raise SlotError(
+                f"{named} filters the rows of {self.table} (WHERE {carried[1]}), so changes "
+                "of the rows it leaves out would never arrive: publish the table without a "
+                "row filter"
+            )
+        if carried[0] is not None and list(carried[0]) != list(carried.columns):
+            raise SlotError(
+                f"{named} publishes only the columns {list(carried[0])} of {self.table}, "
+                f"not all of {list(carried.columns)}: publish the table without a column list"
+            )
 
     def peek(
         self, upto_nchanges: int | None = None, upto_lsn: int | None = None
@@ -143,34 +346,75 @@ class ReplicationSlot:
         transaction that ends at or before it. None: no bound. Only WAL the server has
         flushed is decoded: under ``synchronous_commit = off`` a commit shows up to a few
         ``wal_writer_delay`` after it returned."""
-        if upto_nchanges is not None and upto_nchanges < 1:
-            raise ValueError(f"upto_nchanges = {upto_nchanges!r}: expected None or at least 1")
-        statement = text(
-            "SELECT lsn::text AS lsn, xid::text::bigint AS xid, data "
-            "FROM pg_logical_slot_peek_binary_changes(:slot, CAST(:upto_lsn AS pg_lsn), "
-            "CAST(:upto_nchanges AS integer), 'proto_version', '1', "
-            "'publication_names', :publication)"
-        )
-        bounds = {
+        bounds = self._bounds(upto_lsn, upto_nchanges)
+        rows = self._when_free(lambda: self._run(_PEEK, bounds).all())
+        return [PeekedRow(parse_lsn(row.lsn), row.xid, bytes(row.data)) for row in rows]
+
+    def stream(self, upto_lsn: int | None = None) -> Iterator[PeekedRow]:
+        """``peek(upto_lsn=...)``'s rows, fetched ``STREAM_ROWS`` at a time through a
+        server-side cursor: memory stays flat whatever the transactions' size."""
+        statement = str(_PEEK.compile(dialect=self._engine.dialect))
+        bounds = self._bounds(upto_lsn, None)
+        connection, rows = self._when_free(lambda: self._first_rows(statement, bounds))
+        try:
+            while rows:
+                for lsn, xid, data in rows:
+                    yield PeekedRow(parse_lsn(lsn), xid, bytes(data))
+                rows = connection.cursor_fetch()
+        finally:
+            connection.close()
+
+    def summary(
+        self, start_lsn: int, max_changes: int | None, upto_nchanges: int | None
+    ) -> BatchSummary:
+        """Where the batch after ``start_lsn`` ends, counted on the server (``_SUMMARY``)
+        among the first ``upto_nchanges`` messages after the slot (None: all)."""
+        prefix = self.position_prefix.encode()
+        values = {
             "slot": self.slot,
             "publication": self.publication,
-            "upto_lsn": None if upto_lsn is None else format_lsn(upto_lsn),
             "upto_nchanges": upto_nchanges,
+            "start": format_lsn(start_lsn),
+            "max_changes": max_changes,
+            "prefix": prefix + b"\0",
+            "prefix_bytes": len(prefix) + 1,
         }
-        rows = self._when_free(statement, bounds).all()
-        return [PeekedRow(parse_lsn(row.lsn), row.xid, bytes(row.data)) for row in rows]
+        row = self._when_free(lambda: self._run(_SUMMARY, values).one())
+        end = None if row.end_lsn is None else parse_lsn(row.end_lsn)
+        return BatchSummary(row.messages, end, row.changes, row.left_out)
+
+    def heartbeat(self) -> int:
+        """Write this slot's heartbeat (a transaction of one logical message, flushed at its
+        commit, since peeks decode flushed WAL only); returns the message's position."""
+        with self._connection() as connection:
+            connection.execute(text("SELECT set_config('synchronous_commit', 'on', false)"))
+            return parse_lsn(
+                connection.execute(
+                    text("SELECT pg_logical_emit_message(true, :prefix, 'heartbeat')::text"),
+                    {"prefix": self.position_prefix},
+                ).scalar_one()
+            )
+
+    @property
+    def position_prefix(self) -> str:
+        return POSITION_PREFIX + self.slot
+
+    def health(self) -> SlotHealth:
+        """What the slot keeps on the server; a slot whose WAL is lost is an error."""
+        row = self._state()
+        return SlotHealth(
+            int(row["retained"]), int(row["trailing"]), row["wal_status"], row["keep_size"]
+        )
 
     def advance(self, lsn: int) -> int:
         """Consume every transaction that ends at or before ``lsn`` (a Commit's end LSN: a
         position inside a commit record drops that transaction); returns the new position,
         which the server caps at what it has flushed."""
-        moved_to = self._when_free(
-            text(
-                "SELECT end_lsn::text FROM pg_replication_slot_advance(:slot, CAST(:lsn AS pg_lsn))"
-            ),
-            {"slot": self.slot, "lsn": format_lsn(lsn)},
-        ).scalar_one()
-        return parse_lsn(moved_to)
+        statement = text(
+            "SELECT end_lsn::text FROM pg_replication_slot_advance(:slot, CAST(:lsn AS pg_lsn))"
+        )
+        values = {"slot": self.slot, "lsn": format_lsn(lsn)}
+        return parse_lsn(self._when_free(lambda: self._run(statement, values).scalar_one()))
 
     def confirmed_flush_lsn(self) -> int:
         """Where the next peek starts: the position last advanced to."""
@@ -181,11 +425,6 @@ class ReplicationSlot:
         from this slot ends beyond it."""
         with self._connection() as connection:
             return parse_lsn(connection.execute(text("SELECT pg_current_wal_lsn()::text")).scalar())
-
-    def wal_status(self) -> str:
-        """Whether the server still keeps the WAL the slot needs: 'reserved', 'extended' or
-        'unreserved' (at risk); a lost slot is an error."""
-        return self._state()["wal_status"]
 
     def drop(self) -> None:
         """Remove the slot and the publication, if there; the slot must not be in use."""
@@ -206,8 +445,12 @@ class ReplicationSlot:
         with self._connection() as connection:
             row = connection.execute(
                 text(
-                    "SELECT confirmed_flush_lsn::text, wal_status FROM pg_replication_slots "
-                    "WHERE slot_name = :slot"
+                    "SELECT confirmed_flush_lsn::text, wal_status, "
+                    "pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint AS retained, "
+                    "pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint "
+                    "  AS trailing, "
+                    "current_setting('max_slot_wal_keep_size') AS keep_size "
+                    "FROM pg_replication_slots WHERE slot_name = :slot"
                 ),
                 {"slot": self.slot},
             ).first()
@@ -226,18 +469,39 @@ class ReplicationSlot:
         quote = self._engine.dialect.identifier_preparer.quote
         return ".".join(quote(part) for part in self.table.split("."))
 
-    def _when_free(
-        self, statement: sqlalchemy.TextClause, parameters: dict[str, Any]
-    ) -> sqlalchemy.Result:
+    def _bounds(self, upto_lsn: int | None, upto_nchanges: int | None) -> dict[str, Any]:
+        if upto_nchanges is not None and upto_nchanges < 1:
+            raise ValueError(f"upto_nchanges = {upto_nchanges!r}: expected None or at least 1")
+        return {
+            "slot": self.slot,
+            "publication": self.publication,
+            "upto_lsn": None if upto_lsn is None else format_lsn(upto_lsn),
+            "upto_nchanges": upto_nchanges,
+        }
+
+    def _run(self, statement: sqlalchemy.TextClause, values: dict[str, Any]) -> sqlalchemy.Result:
+        with self._connection() as connection:
+            return connection.execute(statement, values).freeze()()
+
+    def _first_rows(self, statement: str, bounds: dict[str, Any]) -> tuple[_Cursor, list]:
+        """A streamed peek's cursor and first rows; the slot is taken, or found busy, when
+        the first rows are fetched."""
+        cursor = _Cursor(self._engine.raw_connection(), self._engine.dialect.dbapi)
+        try:
+            rows = cursor.open(statement, bounds)
+        except BaseException:
+            cursor.close()
+            raise
+        return cursor, rows
+
+    def _when_free(self, attempt: Callable[[], T]) -> T:
         """Run a statement that uses the slot, waiting while another session uses it (the
         planner's peek and an executor's read of one query take turns), for ``BUSY_WAIT_S``."""
         deadline = time.monotonic() + BUSY_WAIT_S
         pause = 0.02
         while True:
             try:
-                with self._connection() as connection:
-                    result = connection.execute(statement, parameters)
-                    return result.freeze()()
+                return attempt()
             except sqlalchemy.exc.OperationalError as error:
                 code = getattr(error.orig, "sqlstate", None) or getattr(error.orig, "pgcode", None)
                 if code != _OBJECT_IN_USE:

@@ -40,19 +40,16 @@ OPERATORS = [
 ]
 
 
-def sources(is_backlog: bool, rule: str, behind: int) -> str:
-    return json.dumps(
-        [
-            {
-                "name": "events",
-                "is_backlog": is_backlog,
-                "finished": False,
-                "phase": "kafka",
-                "lag": {"offsets_behind_latest": behind},
-                "rule": rule,
-            }
-        ]
-    )
+def sources(is_backlog: bool, rule: str, behind: int, **health: str) -> str:
+    source = {
+        "name": "events",
+        "is_backlog": is_backlog,
+        "finished": False,
+        "phase": "kafka",
+        "lag": {"offsets_behind_latest": behind},
+        "rule": rule,
+    }
+    return json.dumps([{**source, "health": health} if health else source])
 
 
 def checkpoint(
@@ -116,7 +113,13 @@ ORDERS_CHECKPOINTS = [
         for i in range(2)
     ),
     checkpoint(
-        "r2", 8, seconds(148), False, 40, sources=sources(False, "offset-lag", 12), **costs(8)
+        "r2",
+        8,
+        seconds(148),
+        False,
+        40,
+        sources=sources(False, "offset-lag", 12, slot_wal_status="reserved"),
+        **costs(8),
     ),
 ]
 ORDERS_TRANSITIONS = [

@@ -42,7 +42,13 @@ def test_a_summary_says_since_when_the_job_is_in_its_phase(story):
     latest = summary.recent[-1]
     assert (latest.run_id, latest.is_backlog, latest.committed_at) == ("r2", False, seconds(148))
     assert latest.sources == (
-        SourceReport("events", False, "offset-lag", (("offsets_behind_latest", 12.0),)),
+        SourceReport(
+            "events",
+            False,
+            "offset-lag",
+            (("offsets_behind_latest", 12.0),),
+            (("slot_wal_status", "reserved"),),
+        ),
     )
     assert (summary.phase_since.at, summary.phase_since.reason) == (
         seconds(145),

@@ -30,7 +30,7 @@ def test_the_jobs_page_shows_where_every_job_stands(hook):
         "checkpoints: 10 s interval 10 s",
         "last checkpoint by run r2 run r2 running: lease taken 2026-11-21T12:01:55Z, renewed "
         "until 2026-11-21T12:06:40Z Spark UI",
-        "events: live (offset-lag), offsets_behind_latest 12",
+        "events: live (offset-lag), offsets_behind_latest 12, slot_wal_status reserved",
     ]
     assert legacy[1:4] == [
         "live since 2026-11-21T12:00:00Z since its run started",

@@ -48,3 +48,9 @@ def test_json_form_carries_name_status_and_lag():
         "lag": {"files_behind": 12},
         "rule": "hybrid-phase",
     }
+
+
+def test_json_form_carries_what_a_source_says_of_its_health_when_it_says_anything():
+    status = SourceStatus("cdc", health={"slot_wal_status": "unreserved"})
+    assert status.as_json()["health"] == {"slot_wal_status": "unreserved"}
+    assert "health" not in SourceStatus("cdc").as_json()

@@ -6,6 +6,7 @@ from spark_jobs.coordinator.progress import (
     BatchCost,
     BatchProgress,
     KafkaLag,
+    SourceProgress,
     StateOperatorProgress,
 )
 from tests.spark_jobs.coordinator.conftest import recorded
@@ -161,3 +162,12 @@ def test_a_part_spark_did_not_time_is_unknown_not_zero():
     idle = {"latestOffset": 3, "triggerExecution": 3}
     cost = BatchProgress.from_json(recorded("rocksdb_memory_sink", durationMs=idle)).cost
     assert cost == BatchCost(3, None, None, None, None, None)
+
+
+def test_a_hybrid_source_s_health_words_reach_its_status():
+    end = {"source": "cdc", "child": 0, "phase": "cdc", "backlog": False, "position": {}}
+    latest = {**end, "lag": {"slot_retained_wal_bytes": 4096}, "health": {"slot_wal_status": "x"}}
+    source = SourceProgress("PythonMicroBatchStream", None, end, latest, 0)
+    status = source.hybrid_status()
+    assert status is not None and status.health == {"slot_wal_status": "x"}
+    assert status.lag == {"slot_retained_wal_bytes": 4096}

@@ -2,6 +2,7 @@
 
 import json
 import pickle
+import time
 
 import pyarrow as pa
 import pytest
@@ -19,8 +20,8 @@ from spark_jobs.sources.cdc.child import (
     describe,
     teardown,
 )
-from spark_jobs.sources.cdc.lsn import format_lsn
-from spark_jobs.sources.cdc.slot import ReplicationSlot
+from spark_jobs.sources.cdc.lsn import format_lsn, parse_lsn
+from spark_jobs.sources.cdc.slot import ReplicationSlot, SlotError
 from spark_jobs.sources.children import ChildSpecError
 from spark_jobs.sources.hybrid import HybridStreamReader
 from spark_jobs.sources.postgres_cdc import PostgresCdcDataSource
@@ -103,9 +104,11 @@ def test_the_snapshot_is_backlog_then_one_switch_to_a_live_changelog(make_reader
     assert [p["chunks"] for p in positions[:3]] == [0, 2, 3]
     assert positions[2]["done"] and positions[1]["after"] == [20]
     assert [end.get("rows") for end in ends[1:3]] == [20, 5]
-    # Nothing changed: the switch is a batch of its own, and then no batch.
+    # Nothing changed: the switch is a batch of its own, up to the last chunk's high
+    # watermark (from there the copy is the table as of one position), then no batch.
     assert ends[4] == ends[3]
-    assert positions[3]["lsn"] == positions[0]["lsn"]
+    until = reader.children[0].coverage(3).until
+    assert parse_lsn(positions[0]["lsn"]) < until < parse_lsn(positions[3]["lsn"])
     snapshot = read(reader, ends[0], ends[1]) + read(reader, ends[1], ends[2])
     assert sorted(r["id"] for r in snapshot) == list(range(1, 26))
     assert {r["_op"] for r in snapshot} == {"snapshot"}
@@ -138,7 +141,8 @@ def test_changes_follow_in_commit_order_and_a_limit_leaves_lag(make_reader, data
     assert reader.latest["lag"]["offsets_behind_latest"] > 0
     assert ops(read(reader, end, limited)) == [("insert", 100, "a")]
     rest = reader.latestOffset(limited, ReadAllAvailable())
-    assert reader.latest["lag"] == {"offsets_behind_latest": 0, "bytes_behind": 0}
+    lag = reader.latest["lag"]
+    assert (lag["offsets_behind_latest"], lag["bytes_behind"]) == (0, 0)
     changes = read(reader, limited, rest)
     assert ops(changes) == [("delete", 100, None), ("insert", 101, "b"), ("delete", 3, None)]
     assert [r["_seq"] for r in changes] == [0, 1, 0]
@@ -169,8 +173,10 @@ def test_the_slot_moves_only_when_spark_commits_and_to_that_end(make_reader, dat
     write(database, f"UPDATE {filled} SET name = 'z' WHERE id = 6")
     second = reader.latestOffset(first, ReadAllAvailable())
     reader.commit(snapshot_end)
-    reader.commit(switch)
     assert slot_of(reader).confirmed_flush_lsn() == created_at
+    # The switch batch ends at the last chunk's high watermark: a position of its own.
+    reader.commit(switch)
+    assert format_lsn(slot_of(reader).confirmed_flush_lsn()) == switch["position"]["lsn"]
 
     reader.commit(first)
     assert format_lsn(slot_of(reader).confirmed_flush_lsn()) == first["position"]["lsn"]
@@ -307,3 +313,67 @@ def test_each_state_location_has_its_own_slot_and_teardown_drops_it(logical_serv
 
     assert teardown(logical_server.url, one, one, filled) is True
     assert teardown(logical_server.url, one, one, filled) is False
+
+
+def test_the_changelog_stays_backlog_until_it_passes_the_last_chunks_high_watermark(
+    make_reader, database, filled
+):
+    """Before that point the copy holds each chunk as of its own moment: "live" must mean
+    the copy equals the table as of one position, which a DAG can wait for."""
+    reader = make_reader()
+    first = reader.latestOffset(reader.initialOffset(), ReadMaxRows(CHUNK_ROWS))
+    write(database, f"UPDATE {filled} SET name = 'during' WHERE id = 1")
+    write(database, f"UPDATE {filled} SET name = 'during' WHERE id = 2")
+    done = reader.latestOffset(first, ReadAllAvailable())
+    catching_up = reader.latestOffset(done, ReadMaxRows(1))
+    assert catching_up["position"]["phase"] == "changelog" and catching_up["backlog"]
+    assert ops(read(reader, done, catching_up)) == [("update", 1, "during")]
+    caught_up = reader.latestOffset(catching_up, ReadAllAvailable())
+    assert not caught_up["backlog"]
+    until = reader.children[0].coverage(caught_up["position"]["chunks"]).until
+    assert parse_lsn(catching_up["position"]["lsn"]) < until
+    assert parse_lsn(caught_up["position"]["lsn"]) > until
+
+
+def live(reader) -> dict:
+    end = reader.latestOffset(reader.initialOffset(), ReadAllAvailable())
+    return reader.latestOffset(end, ReadAllAvailable())
+
+
+def test_a_quiet_table_in_a_busy_database_moves_its_slot_by_heartbeats(
+    make_reader, logical_server, database, filled
+):
+    """PostgreSQL sends nothing for transactions of other tables, so the slot kept WAL
+    without bound while the job was healthy: a heartbeat gives it a position to commit."""
+    write(database, "CREATE TABLE busy (id serial PRIMARY KEY, payload text)")
+    reader = make_reader(heartbeatInterval="0.1s")
+    end = live(reader)
+    reader.commit(end)
+    held = []
+    for _ in range(4):
+        write(
+            database,
+            "INSERT INTO busy (payload) SELECT repeat('w', 1000) FROM generate_series(1, 300)",
+        )
+        time.sleep(0.15)  # past the heartbeat interval
+        assert reader.latestOffset(end, ReadAllAvailable()) == end  # writes the heartbeat
+        beat = reader.latestOffset(end, ReadAllAvailable())
+        assert beat != end and read(reader, end, beat) == []
+        reader.commit(beat)
+        end = beat
+        held.append(slot_of(reader).health().trailing_wal_bytes)
+    # Each round writes ~300 kB elsewhere; the slot follows, so what it trails stays small.
+    assert max(held) < 64 * 1024, held
+    health = reader.latest["health"]
+    assert health == {"slot_wal_status": "reserved", "max_slot_wal_keep_size": "unlimited"}
+    assert reader.latest["lag"]["slot_retained_wal_bytes"] >= 0
+
+
+def test_the_publication_is_checked_at_every_start(make_reader, database, filled):
+    reader = make_reader()
+    end = live(reader)
+    publication = reader.children[0].publication
+    write(database, f"ALTER PUBLICATION {publication} SET (publish = 'insert, update')")
+    restarted = make_reader()
+    with pytest.raises(SlotError, match=r"does not publish delete, truncate"):
+        restarted.latestOffset(end, ReadAllAvailable())
