@@ -1,23 +1,24 @@
 """The CDC pipeline: a PostgreSQL table copied and then followed into a table elsewhere.
 
 The ``postgres-cdc`` source reads the table's snapshot (backlog) and then its changes
-(live); a streaming aggregation keeps the latest row of each key on the RocksDB state store,
-and each batch's changed keys are merged into the target table (insert or update, or
-delete) in one transaction that also records the batch, so a replayed batch changes
-nothing twice: the target equals the source table as of the last batch.
+(live). Each batch's change rows are written as parquet and merged into the target table
+(insert or update, or delete) in one transaction that also records the batch under the
+query's id, so a replayed batch changes nothing twice (``merge_sink.py``, ``merge/``). Once
+the job is live, the target equals the source table as of the last batch's position.
 
     backlog-cdc-job --connection postgresql://reader@db:5432/shop --table accounts \\
         --target postgresql://writer@warehouse:5432/copy --checkpoint /data/checkpoint \\
         --conf spark.backlog.checkpointing.interval=2s \\
         --conf spark.backlog.checkpointing.interval-during-backlog=1min
 
-With ``--changes-output DIR`` instead of ``--target``, every change row as it comes (the
-table's columns, ``_op``, ``_lsn``, ``_seq``, ``_commit_time``, ``_unchanged``) is appended to
-parquet files by Spark's exactly-once file sink: the raw change stream, duplicates and gaps
-included if the source had any, which is what a check of the source needs to see.
+With ``--changes-output DIR`` (alone or beside ``--target``), every change row as it comes
+(the table's columns, ``_op``, ``_lsn``, ``_seq``, ``_commit_time``, ``_unchanged``) is kept
+in parquet files, one ``batch_id=N`` directory per batch: the raw change stream, duplicates
+and gaps included if the source had any, which is what a check of the source needs to see.
 
-The source's connection and table are checked before Spark starts (a password in the URL,
-no primary key, a server without ``wal_level = logical``), so a refusal costs no JVM.
+A target another query merged into (a run started over on a new checkpoint) is refused
+unless ``--start-over``, which empties it first. The source's connection and table, and the
+target's record, are checked before Spark starts, so a refusal costs no JVM.
 
 Passwords come from ``BACKLOG_CDC_PASSWORD`` (source) and ``BACKLOG_CDC_TARGET_PASSWORD``.
 """
@@ -29,12 +30,10 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
-from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
-from spark_jobs.backlog.values import count_argument
+from spark_jobs.backlog.values import count_argument, duration_argument
 from spark_jobs.coordinator.runtime import BacklogRuntime
 from spark_jobs.jobs.cli import (
     REFUSED,
@@ -43,7 +42,8 @@ from spark_jobs.jobs.cli import (
     run_command,
     spark_session,
 )
-from spark_jobs.jobs.events_pipeline import STATE_STORE
+from spark_jobs.jobs.merge.record import MergeRefused, judge, query_id
+from spark_jobs.jobs.merge.target import MergeTarget
 from spark_jobs.jobs.merge_sink import MergeSink
 from spark_jobs.metrics.schema import with_password
 from spark_jobs.sources.cdc.child import (
@@ -60,8 +60,7 @@ from spark_jobs.sources.storage import resolve_uri
 
 SOURCE_NAME = "cdc"
 TARGET_PASSWORD_ENV = "BACKLOG_CDC_TARGET_PASSWORD"
-#: The change columns the source adds after the table's own.
-CHANGE_COLUMNS = ("_op", "_lsn", "_seq", "_commit_time", "_unchanged")
+DEFAULT_TARGET_OUTAGE_TIMEOUT_S = 120.0
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -78,6 +77,17 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="instead of --target: append every change row to parquet files in DIR",
     )
     parser.add_argument("--target-table", help="default: the source table's name")
+    parser.add_argument(
+        "--start-over",
+        action="store_true",
+        help="if another query merged into the target table, empty it and copy afresh",
+    )
+    parser.add_argument(
+        "--target-outage-timeout",
+        type=duration_argument,
+        default=DEFAULT_TARGET_OUTAGE_TIMEOUT_S,
+        help="how long a batch waits for a target database that is away (default 2min)",
+    )
     parser.add_argument("--checkpoint", required=True, help="checkpoint directory")
     parser.add_argument("--shuffle-partitions", type=count_argument, default=2)
     add_run_arguments(parser)
@@ -85,16 +95,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--teardown",
         action="store_true",
         help="drop the replication slot and publication of this checkpoint's query and exit "
-        "(the query is gone for good: delete its checkpoint too)",
+        "(the query is gone for good: delete its checkpoint too); with --target, say what "
+        "the target keeps",
     )
     args = parser.parse_args(argv)
-    if not args.teardown:
-        if args.target is None and args.changes_output is None:
-            parser.error("one of --target and --changes-output is required (unless --teardown)")
-        if args.target is not None and args.changes_output is not None:
-            parser.error("--target and --changes-output exclude each other; give one")
-    if args.target_table and args.target is None and not args.teardown:
-        parser.error("--target-table needs --target")
+    if not args.teardown and args.target is None and args.changes_output is None:
+        parser.error("one of --target and --changes-output is required (unless --teardown)")
+    for flag in ("target_table", "start_over"):
+        if getattr(args, flag) and args.target is None:
+            parser.error(f"--{flag.replace('_', '-')} needs --target")
     check_run_arguments(parser, args)
     return args
 
@@ -122,10 +131,47 @@ def source_state(args: argparse.Namespace) -> str:
 
 
 def drop_slot(args: argparse.Namespace) -> str:
-    """Drop the slot and publication the source made for this checkpoint."""
+    """Drop the slot and publication the source made for this checkpoint; say what the
+    target keeps."""
     slot = default_slot_name(source_state(args), SOURCE_NAME)
     found = teardown(connection_url(SOURCE_NAME, args.connection), slot, slot, args.table)
-    return f"dropped replication slot {slot!r}" if found else f"no replication slot {slot!r}"
+    said = f"dropped replication slot {slot!r}" if found else f"no replication slot {slot!r}"
+    if args.target is None:
+        return (
+            f"{said}; a target table keeps its rows and the record of this query: a run on "
+            "a new checkpoint into it needs --start-over, which empties it first"
+        )
+    target = target_of(args)
+    try:
+        record = target.record()
+    finally:
+        target.close()
+    if record is None:
+        return f"{said}; target table {target.table} on {target.where} holds no merged batch"
+    return (
+        f"{said}; target table {target.table} on {target.where} keeps its rows, merged up "
+        f"to batch {record.batch_id} of query {record.query_id}: a run on a new checkpoint "
+        "into it needs --start-over, which empties it first"
+    )
+
+
+def target_of(args: argparse.Namespace, shape: TableShape | None = None) -> MergeTarget:
+    return MergeTarget(
+        with_password(args.target, os.environ.get(TARGET_PASSWORD_ENV)),
+        args.target_table or args.table.split(".")[-1],
+        shape or check_source(args),
+        args.target_outage_timeout,
+    )
+
+
+def check_target(target: MergeTarget, args: argparse.Namespace) -> None:
+    """Refuse, before Spark starts, a target that another query merged into (MergeRefused),
+    as its first batch would."""
+    found = target.record()
+    if found is not None:
+        ours = query_id(f"{args.checkpoint.rstrip('/')}/spark") or "(a new query)"
+        checkpoint = resolve_uri(args.checkpoint.rstrip("/"))
+        judge(found, ours, found.batch_id + 1, args.start_over, target.table, checkpoint)
 
 
 def check_source(args: argparse.Namespace) -> TableShape:
@@ -133,49 +179,36 @@ def check_source(args: argparse.Namespace) -> TableShape:
     return checked_table(SOURCE_NAME, connection_url(SOURCE_NAME, args.connection), args.table)
 
 
-def latest_rows(changes: DataFrame, key: list[str]) -> DataFrame:
-    """Per key, the latest value of each column and the latest ``_op`` and ``_lsn``.
-
-    Changes are ordered by their commit's end, then their place in the transaction. A
-    column an update left unchanged (named in ``_unchanged``) does not count as a value, so
-    the latest value sent stays: that is why the state holds every column, not only the
-    last change."""
-    ordered = changes.withColumn("_order", F.struct("_lsn", "_seq"))
-    columns = [c for c in changes.columns if c not in (*key, *CHANGE_COLUMNS)]
-    sent = {
-        c: F.when(
-            ~F.array_contains(F.coalesce("_unchanged", F.array().cast("array<string>")), c),
-            F.col("_order"),
-        )
-        for c in columns
-    }
-    return ordered.groupBy(*key).agg(
-        *(F.max_by(c, sent[c]).alias(c) for c in columns),
-        F.max_by("_op", "_order").alias("_op"),
-        F.max("_lsn").alias("_lsn"),
-    )
-
-
 def run(args: argparse.Namespace) -> None:
-    key = list(check_source(args).key)
+    shape = check_source(args)
+    target = None if args.target is None else target_of(args, shape)
+    try:
+        if target is not None:
+            check_target(target, args)
+        run_query(args, MergeSink(args.checkpoint, target, args.changes_output, args.start_over))
+    finally:
+        if target is not None:
+            target.close()
+
+
+def run_query(args: argparse.Namespace, sink: MergeSink) -> None:
     spark = spark_session("backlog-cdc", args)
     try:
         runtime = BacklogRuntime(spark)
         signal.signal(signal.SIGTERM, lambda _signum, _frame: runtime.stop())
         try:
-            for conf_key, value in STATE_STORE.items():
-                spark.conf.set(conf_key, value)
             spark.conf.set("spark.sql.shuffle.partitions", str(args.shuffle_partitions))
             spark.conf.set("spark.sql.session.timeZone", "UTC")
             # Parquet's own UTC timestamps, not Spark's legacy INT96, which other readers
-            # (pyarrow, pandas) take for local times without a zone.
+            # (pyarrow, pandas) take for local times without a zone; dates and times as
+            # they are (proleptic Gregorian, as PostgreSQL's), BC and all.
             spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
-            changes = read_changes(spark, runtime, args)
+            spark.conf.set("spark.sql.parquet.datetimeRebaseModeInWrite", "CORRECTED")
             writer = (
-                changes_writer(changes, args)
-                if args.changes_output is not None
-                else merge_writer(changes, key, args)
-            ).option("checkpointLocation", f"{args.checkpoint.rstrip('/')}/spark")
+                read_changes(spark, runtime, args)
+                .writeStream.foreachBatch(sink.write_batch)
+                .option("checkpointLocation", f"{args.checkpoint.rstrip('/')}/spark")
+            )
             runtime.hold_lease(resolve_uri(args.checkpoint))
             if args.static_trigger is None:
                 runtime.start_gated(writer)
@@ -188,26 +221,6 @@ def run(args: argparse.Namespace) -> None:
         spark.stop()
 
 
-def merge_writer(changes: DataFrame, key: list[str], args: argparse.Namespace) -> Any:
-    """The latest row per key, merged into --target batch by batch."""
-    sink = MergeSink(
-        with_password(args.target, os.environ.get(TARGET_PASSWORD_ENV)),
-        args.target_table or args.table.split(".")[-1],
-        key,
-        query=resolve_uri(args.checkpoint),
-    )
-    return latest_rows(changes, key).writeStream.outputMode("update").foreachBatch(sink.write_batch)
-
-
-def changes_writer(changes: DataFrame, args: argparse.Namespace) -> Any:
-    """Every change row appended to parquet files in --changes-output."""
-    return (
-        changes.writeStream.format("parquet")
-        .outputMode("append")
-        .option("path", args.changes_output)
-    )
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args.teardown:
@@ -217,7 +230,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"backlog-cdc-job: {error}", file=sys.stderr)
             return REFUSED
         return 0
-    return run_command("backlog-cdc-job", lambda: run(args), refusals=(ChildSpecError,))
+    return run_command(
+        "backlog-cdc-job", lambda: run(args), refusals=(ChildSpecError, MergeRefused)
+    )
 
 
 if __name__ == "__main__":

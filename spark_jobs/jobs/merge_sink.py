@@ -1,118 +1,98 @@
-"""A ``foreachBatch`` sink that merges each batch's latest rows per key into a SQL table.
+"""A ``foreachBatch`` sink for a change stream: each batch written as parquet, then merged.
 
-Spark may run a batch again after a failure (the same batch id, the same rows). Each batch
-is merged in one transaction that also records its id for the query, and a batch at or
-below the recorded id is skipped, so the table takes every batch exactly once: Spark's
-documented way to make ``foreachBatch`` exactly-once.
+Spark writes a batch's change rows as parquet files of one directory per batch id
+(``batch_id=N``), replacing what a failed try of the same batch left; the driver then reads
+them back in pieces of ``PIECE_ROWS`` and merges them into the target table
+(``merge/target.py``), so no batch, however large, is held in the driver's memory whole.
+With ``--changes-output`` those directories are the raw change stream, kept; otherwise they
+are a staging area under the checkpoint, removed once merged.
 
-Rows carry the table's columns, ``_op`` ('delete' removes the key, anything else inserts
-or updates it) and ``_lsn``, kept in the table as the position of the change it reflects.
+Reading the raw stream: a ``batch_id=N`` directory holds batch N once it has a ``_SUCCESS``
+file; a replayed batch replaces it with the same rows.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterator
 
 import pyarrow as pa
-import sqlalchemy
+import pyarrow.fs as pa_fs
+import pyarrow.parquet as pq
 from pyspark.sql import DataFrame
-from sqlalchemy import BigInteger, Column, MetaData, Table, Text, select, tuple_
-from sqlalchemy.dialects import postgresql, sqlite
 
-from spark_jobs.backlog.secrets import redact_text
-from spark_jobs.metrics.schema import make_engine
+from spark_jobs.jobs.merge.record import query_id
+from spark_jobs.jobs.merge.target import MergeTarget
+from spark_jobs.sources.storage import filesystem, resolve_uri
 
-#: Which batch of which query each target was merged up to.
-BATCHES_TABLE = "backlog_merged_batches"
-#: Rows per statement: large batches (a snapshot's chunks) go in steps.
-STATEMENT_ROWS = 5_000
-_SQL_TYPES = (
-    (pa.types.is_int64, sqlalchemy.BigInteger),
-    (pa.types.is_integer, sqlalchemy.Integer),
-    (pa.types.is_floating, sqlalchemy.Float),
-    (pa.types.is_boolean, sqlalchemy.Boolean),
-    (pa.types.is_binary, sqlalchemy.LargeBinary),
-    (pa.types.is_date, sqlalchemy.Date),
-)
-
-
-def sql_type(arrow: pa.DataType) -> Any:
-    if pa.types.is_timestamp(arrow):
-        return sqlalchemy.DateTime(timezone=arrow.tz is not None)
-    for matches, kind in _SQL_TYPES:
-        if matches(arrow):
-            return kind()
-    return Text()
+#: Rows per piece read back from a batch's files.
+PIECE_ROWS = 50_000
 
 
 class MergeSink:
-    """Merges batches into ``table`` (created from the first batch's schema if missing) of
-    the database at ``url``; ``query`` names the query whose batches are recorded."""
+    """Writes each batch under ``output`` (``checkpoint``'s staging area if None) and merges
+    it into ``target`` (none: the raw stream only)."""
 
-    def __init__(self, url: str, table: str, key: list[str], query: str):
-        self.engine = make_engine(url)
-        self.where = redact_text(url)
-        self.name, self.key, self.query = table, key, query
-        self._table: Table | None = None
-        metadata = MetaData()
-        self._batches = Table(
-            BATCHES_TABLE,
-            metadata,
-            Column("query", Text, primary_key=True),
-            Column("batch_id", BigInteger, nullable=False),
-        )
-        metadata.create_all(self.engine)
+    def __init__(
+        self,
+        checkpoint: str,
+        target: MergeTarget | None,
+        output: str | None,
+        start_over: bool = False,
+    ):
+        self.checkpoint = resolve_uri(checkpoint.rstrip("/"))
+        self.target, self.start_over = target, start_over
+        self.keep = output is not None
+        self.output = resolve_uri(output or f"{self.checkpoint}/merge-staging")
+        self._query_id: str | None = None
 
     def write_batch(self, batch: DataFrame, batch_id: int) -> None:
-        rows = batch.toArrow()
-        table = self._target(rows.schema)
-        with self.engine.begin() as connection:
-            done = connection.execute(
-                select(self._batches.c.batch_id).where(self._batches.c.query == self.query)
-            ).scalar()
-            if done is not None and batch_id <= done:
-                return
-            ops = rows.column("_op").to_pylist()
-            values = rows.drop_columns(["_op"]).to_pylist()
-            deleted = [row for row, op in zip(values, ops, strict=True) if op == "delete"]
-            kept = [row for row, op in zip(values, ops, strict=True) if op != "delete"]
-            key = tuple_(*(table.c[name] for name in self.key))
-            for start in range(0, len(deleted), STATEMENT_ROWS):
-                keys = [
-                    tuple(r[name] for name in self.key)
-                    for r in deleted[start : start + STATEMENT_ROWS]
-                ]
-                connection.execute(table.delete().where(key.in_(keys)))
-            for start in range(0, len(kept), STATEMENT_ROWS):
-                connection.execute(self._upsert(table), kept[start : start + STATEMENT_ROWS])
-            record = self._insert(self._batches).values(query=self.query, batch_id=batch_id)
-            connection.execute(
-                record.on_conflict_do_update(index_elements=["query"], set_={"batch_id": batch_id})
-            )
+        directory = f"{self.output.rstrip('/')}/batch_id={batch_id}"
+        batch.write.mode("overwrite").parquet(directory)
+        if self.target is None:
+            return
+        self.target.merge(
+            lambda: pieces(directory),
+            self.query_id,
+            self.checkpoint,
+            batch_id,
+            self.start_over,
+        )
+        if not self.keep:
+            fs, path = filesystem(directory)
+            fs.delete_dir(path)
 
-    def close(self) -> None:
-        self.engine.dispose()
+    @property
+    def query_id(self) -> str:
+        """The query's id, from the checkpoint's metadata (written when it first started)."""
+        if self._query_id is None:
+            found = query_id(f"{self.checkpoint}/spark")
+            if found is None:
+                raise RuntimeError(
+                    f"no query id in {self.checkpoint}/spark/metadata: the sink runs only "
+                    "inside a query started on that checkpoint"
+                )
+            self._query_id = found
+        return self._query_id
 
-    def _insert(self, table: Table) -> Any:
-        dialect = postgresql if self.engine.dialect.name == "postgresql" else sqlite
-        return dialect.insert(table)
 
-    def _upsert(self, table: Table) -> Any:
-        statement = self._insert(table)
-        changing = {c.name: statement.excluded[c.name] for c in table.c if c.name not in self.key}
-        return statement.on_conflict_do_update(index_elements=self.key, set_=changing)
+def written_batches(output: str) -> dict[int, str]:
+    """The batches of a raw change stream written whole (with ``_SUCCESS``), by batch id."""
+    fs, path = filesystem(resolve_uri(output))
+    found = {}
+    for info in fs.get_file_info(pa_fs.FileSelector(path, allow_not_found=True)):
+        name = info.base_name
+        whole = f"{info.path}/_SUCCESS"
+        if name.startswith("batch_id=") and fs.get_file_info(whole).type == pa_fs.FileType.File:
+            found[int(name.removeprefix("batch_id="))] = f"{output.rstrip('/')}/{name}"
+    return dict(sorted(found.items()))
 
-    def _target(self, schema: pa.Schema) -> Table:
-        if self._table is None:
-            metadata = MetaData()
-            self._table = Table(
-                self.name,
-                metadata,
-                *(
-                    Column(field.name, sql_type(field.type), primary_key=field.name in self.key)
-                    for field in schema
-                    if field.name != "_op"
-                ),
-            )
-            metadata.create_all(self.engine)
-        return self._table
+
+def pieces(directory: str) -> Iterator[pa.RecordBatch]:
+    """The rows of one batch's parquet files, ``PIECE_ROWS`` at a time, one file open at a
+    time: memory stays one piece whatever the batch's size."""
+    fs, path = filesystem(directory)
+    found = fs.get_file_info(pa_fs.FileSelector(path))
+    for info in sorted(found, key=lambda info: info.path):
+        if info.type == pa_fs.FileType.File and info.base_name.endswith(".parquet"):
+            with fs.open_input_file(info.path) as handle:
+                yield from pq.ParquetFile(handle).iter_batches(batch_size=PIECE_ROWS)

@@ -24,6 +24,7 @@ import pytest
 import sqlalchemy as sa
 
 from spark_jobs.jobs.cdc_pipeline import SOURCE_NAME
+from spark_jobs.jobs.merge_sink import written_batches
 from spark_jobs.jobs.startup import job_environment
 from spark_jobs.metrics.schema import make_engine
 from spark_jobs.sources.cdc.child import default_slot_name
@@ -40,7 +41,6 @@ from tests.integration.jobs import (
 )
 from tests.support.postgres import LOGICAL_DECODING, PostgresServer
 from tools.cdc_data import Account, ChangeWriter, create_accounts, table_rows
-from tools.verify import committed_files
 
 JOB = str(Path(sys.executable).parent / "backlog-cdc-job")
 ROWS = 2_000
@@ -234,8 +234,8 @@ def slot_of(dirs: JobDirs) -> str:
     return default_slot_name(f"{dirs.checkpoint}/source", SOURCE_NAME)
 
 
-def teardown(server: PostgresServer, table: str, dirs: JobDirs) -> str:
-    result = run_command(cdc_command(server, table, dirs, "--teardown"))
+def teardown(server: PostgresServer, table: str, dirs: JobDirs, *extra: str) -> str:
+    result = run_command(cdc_command(server, table, dirs, "--teardown", *extra))
     assert result.returncode == 0, result.stderr
     return result.stdout
 
@@ -244,9 +244,9 @@ def teardown(server: PostgresServer, table: str, dirs: JobDirs) -> str:
 
 
 def committed_changes(output: Path) -> list[dict]:
-    """The change rows of the files Spark's file sink committed (listed in its log)."""
-    files = committed_files(output)
-    return ds.dataset(files, format="parquet").to_table().to_pylist() if files else []
+    """The change rows of every batch written whole."""
+    batches = [ds.dataset(d, format="parquet") for d in written_batches(str(output)).values()]
+    return ds.dataset(batches).to_table().to_pylist() if batches else []
 
 
 def check_change_stream(changes: list[dict], expected: dict[int, Account]) -> dict[str, int]:
@@ -316,10 +316,16 @@ def assert_seen_every_kind(counts: dict[str, int]) -> None:
 def test_snapshot_as_backlog_then_live_merged_into_a_copy_until_a_truncate(server, accounts, dirs):
     """One run with --target (a table in the same database) while the writer changes the
     table during the snapshot: the snapshot's batches are backlog and the changelog's live,
-    with one transition and each phase's interval; the copy equals the table; the slot never
-    passes the last commit; a TRUNCATE fails the query by name; teardown leaves nothing.
-    (The raw stream's per-key check runs with the kills below: one launch fewer.)"""
+    with one transition and each phase's interval; the copy equals the table, a TOASTed value
+    kept through a primary-key update included; the slot's health is in the metrics; the slot
+    never passes the last commit; a TRUNCATE fails the query by name; teardown leaves nothing
+    and says what the target keeps. (The raw stream's per-key check runs with the kills
+    below: one launch fewer.)"""
     copy = f"{accounts}_copy"
+    # Some notes are stored out of line: an UPDATE of the key (the writer's moves, and one
+    # below) leaves them unchanged ('u').
+    execute(server, f"ALTER TABLE {accounts} ALTER COLUMN note SET STORAGE EXTERNAL")
+    execute(server, f"UPDATE {accounts} SET note = repeat(md5(id::text), 300) WHERE id % 50 = 7")
     writer = ChangeWriter(server.url, accounts, transactions_per_s=40, seed=1).start()
     watch = SlotWatch(server, dirs)
     job = start_job(
@@ -346,13 +352,24 @@ def test_snapshot_as_backlog_then_live_merged_into_a_copy_until_a_truncate(serve
         finally:
             writer.stop()
         assert writer.transactions > 0 and writer.failures == 0
+        # Under REPLICA IDENTITY DEFAULT the new key arrives without its TOASTed note: it
+        # was merged as NULL before; it must come over from the old key.
+        big = _query(server, f"SELECT min(id) FROM {accounts} WHERE length(note) = 9600")[0][0]
+        moved = _query(server, f"SELECT nextval('{accounts}_fresh_ids')")[0][0]
+        execute(
+            server, f"UPDATE {accounts} SET id = {moved}, version = version + 1 WHERE id = {big}"
+        )
         source = table_rows(server.url, accounts)
+        assert len(source[moved].note) == 9600
         wait_for(lambda: table_rows(server.url, copy) == source, "the copy to match", 60, job)
         watch.stop()
         watch.check()
         assert not watch.violations, watch.violations
         assert watch.samples > 5
         check_phases(dirs)
+        health = json.loads(checkpoints(dirs)[-1]["sources"])[0]
+        assert health["health"]["slot_wal_status"] == "reserved", health
+        assert health["lag"]["slot_retained_wal_bytes"] > 0, health
         # The slot moved past its start, and only ever to a committed batch's end.
         confirmed = slots(server)[slot_of(dirs)]
         ends = {parse_lsn(offset(dirs, b)["lsn"]) for b in committed(dirs)}
@@ -372,14 +389,24 @@ def test_snapshot_as_backlog_then_live_merged_into_a_copy_until_a_truncate(serve
         if job.poll() is None:
             kill_hard(job)
     assert slot_of(dirs) in slots(server) and slot_of(dirs) in publications(server)
-    assert "dropped replication slot" in teardown(server, accounts, dirs)
+    said = teardown(server, accounts, dirs, "--target", server.url, "--target-table", copy)
+    assert "dropped replication slot" in said
+    assert f"target table {copy} on {server.url} keeps its rows, merged up to batch" in said
+    assert "needs --start-over, which empties it first" in said
     assert slot_of(dirs) not in slots(server) and slot_of(dirs) not in publications(server)
     assert "no replication slot" in teardown(server, accounts, dirs)
 
 
+def consistent_from(dirs: JobDirs) -> int:
+    """The last chunk's high watermark: from there on the copy is the table as of one LSN."""
+    chunks = (dirs.checkpoint / "source" / "cdc" / "chunks").glob("*.json")
+    return max(parse_lsn(json.loads(c.read_text())["highWatermark"]) for c in chunks)
+
+
 def check_phases(dirs: JobDirs) -> None:
     """Backlog batches, then live ones, one transition, each phase's interval; the metrics'
-    phase is the source's (a snapshot position is backlog), and backlog batches are capped."""
+    phase is the source's (a snapshot position is backlog, and so is a changelog position
+    before the copy is consistent), and backlog batches are capped."""
     rows = checkpoints(dirs)
     phases = [r["is_backlog"] for r in rows]
     backlog = phases.count(True)
@@ -387,23 +414,30 @@ def check_phases(dirs: JobDirs) -> None:
     assert [t["is_backlog"] for t in transitions(dirs)] == [True, False]
     assert {r["effective_interval_ms"] for r in rows if r["is_backlog"]} == {BACKLOG_INTERVAL_MS}
     assert {r["effective_interval_ms"] for r in rows if not r["is_backlog"]} == {INTERVAL_MS}
+    until = consistent_from(dirs)
     for row in rows:
-        assert (offset(dirs, row["batch_id"])["phase"] == "snapshot") == row["is_backlog"], row
+        position = offset(dirs, row["batch_id"])
+        held = position["phase"] == "snapshot" or parse_lsn(position["lsn"]) < until
+        assert held == row["is_backlog"], (row, position, until)
     # max-batch-rows caps a backlog batch's chunks (a chunk's image may hold a few rows
     # more or less than chunk-rows, with the changes made while it was read).
-    chunks = [offset(dirs, r["batch_id"])["chunks"] for r in rows if r["is_backlog"]]
+    snapshot = [offset(dirs, r["batch_id"]) for r in rows]
+    chunks = [p["chunks"] for p in snapshot if p["phase"] == "snapshot"]
     steps = [b - a for a, b in zip([0, *chunks], chunks, strict=False)]
     assert all(1 <= step <= MAX_BATCH_ROWS // CHUNK_ROWS for step in steps), steps
 
 
 def test_killed_in_the_snapshot_at_the_switch_and_in_the_changelog(server, accounts, dirs):
-    """With --changes-output while the writer inserts, updates, deletes, moves keys and
-    updates far-apart pairs through the snapshot and into the changelog, SIGKILLed three times
-    and restarted on the same checkpoint, then run until idle: per key the raw stream holds
-    each version once and in order, and replays to the table; the slot is never past the last
-    committed batch's end; the restarts continue the job's phase (one transition)."""
+    """With --changes-output and --target while the writer inserts, updates, deletes, moves
+    keys and updates far-apart pairs through the snapshot and into the changelog, SIGKILLed
+    three times and restarted on the same checkpoint, then run until idle: per key the raw
+    stream holds each version once and in order, and replays to the table; the merged copy
+    equals the table; the slot is never past the last committed batch's end; the restarts
+    continue the job's phase (one transition)."""
     conf = job_conf(dirs, "cdc-kills")
-    output = ["--changes-output", str(changes_output(dirs))]
+    copy = f"{accounts}_copy"
+    output = ["--changes-output", str(changes_output(dirs)), "--target", server.url]
+    output += ["--target-table", copy]
     writer = ChangeWriter(server.url, accounts, transactions_per_s=30, seed=3).start()
     kills = []
 
@@ -466,10 +500,10 @@ def test_killed_in_the_snapshot_at_the_switch_and_in_the_changelog(server, accou
         backlog = phases.count(True)
         assert phases == [True] * backlog + [False] * (len(phases) - backlog), (phases, kills)
         assert [t["is_backlog"] for t in transitions(dirs)] == [True, False], kills
-        counts = check_change_stream(
-            committed_changes(changes_output(dirs)), table_rows(server.url, accounts)
-        )
+        source = table_rows(server.url, accounts)
+        counts = check_change_stream(committed_changes(changes_output(dirs)), source)
         assert_seen_every_kind(counts)
+        assert table_rows(server.url, copy) == source
         assert slots(server)[slot_of(dirs)] <= last_committed_end(dirs)
     finally:
         teardown(server, accounts, dirs)

@@ -1,0 +1,148 @@
+"""The table a change stream is merged into, one batch per transaction.
+
+Each batch is staged, applied and recorded in one transaction (``record.py``), so the table
+takes every batch exactly once: a replay finds its batch recorded and changes nothing, and a
+batch that fails half-way leaves neither rows nor its record.
+
+The table is created with the source's own column types on PostgreSQL (``numeric``,
+``jsonb``, arrays and the rest stay what they were) and with SQLite's affinities there
+(INTEGER, REAL, BLOB, else TEXT holding PostgreSQL's text of the value), plus ``_lsn``: the
+position of the change each row reflects. A database that is away (restarting, say) is
+waited for, up to ``outage_timeout_s``, and the batch tried again from the start.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+
+import pyarrow as pa
+import sqlalchemy
+
+from spark_jobs.backlog.outage import Outage
+from spark_jobs.backlog.secrets import redact_text
+from spark_jobs.backlog.values import format_duration
+from spark_jobs.jobs.merge.apply import apply
+from spark_jobs.jobs.merge.record import (
+    Record,
+    Verdict,
+    create_records,
+    judge,
+    read_record,
+    write_record,
+)
+from spark_jobs.jobs.merge.staging import Layout, create_stage, stage
+from spark_jobs.metrics.schema import make_engine
+from spark_jobs.sources.cdc.slot import is_outage
+from spark_jobs.sources.cdc.table import TableShape
+
+logger = logging.getLogger(__name__)
+
+#: SQLite's affinity per PostgreSQL type OID (int2, int4, int8, bool; float4, float8; bytea);
+#: every other type is TEXT.
+_SQLITE_TYPES = {21: "INTEGER", 23: "INTEGER", 20: "INTEGER", 16: "INTEGER", 700: "REAL"}
+_SQLITE_TYPES |= {701: "REAL", 17: "BLOB"}
+#: The first pause before a batch is tried again while the database is away.
+_RETRY_PAUSE_S = 0.5
+
+
+class MergeTarget:
+    """``table`` of the database at ``url``, fed batches of ``shape``'s changes."""
+
+    def __init__(self, url: str, table: str, shape: TableShape, outage_timeout_s: float):
+        self.engine = make_engine(url)
+        self.where = redact_text(url)
+        self.table, self.shape = table, shape
+        self.layout = Layout.of(shape)
+        self.outage_timeout_s = outage_timeout_s
+        self._created = False
+
+    def merge(
+        self,
+        pieces: Callable[[], Iterable[pa.RecordBatch]],
+        query_id: str,
+        checkpoint: str,
+        batch_id: int,
+        start_over: bool,
+    ) -> Verdict:
+        """Batch ``batch_id`` of query ``query_id``, read from ``pieces()`` (called again for
+        each try), merged unless recorded already; MergeRefused if another query merged
+        into the table and ``start_over`` is not set."""
+        outage, pause = Outage(self.outage_timeout_s), _RETRY_PAUSE_S
+        while True:
+            try:
+                return self._merge_once(pieces(), query_id, checkpoint, batch_id, start_over)
+            except sqlalchemy.exc.DBAPIError as error:
+                if not is_outage(error):
+                    raise
+                if not outage.failed():
+                    raise RuntimeError(
+                        f"the target database {self.where} has not answered for "
+                        f"{format_duration(outage.lasted_s)} (--target-outage-timeout "
+                        f"{format_duration(self.outage_timeout_s)}): {error.orig}"
+                    ) from None
+                logger.warning(
+                    "batch %d: the target database %s is away (%s); trying again",
+                    batch_id, self.where, str(error.orig).strip(),
+                )  # fmt: skip
+            time.sleep(pause)
+            pause = min(2 * pause, 5.0)
+
+    def record(self) -> Record | None:
+        """The query and last batch recorded for the table, None if none."""
+        create_records(self.engine)
+        with self.engine.connect() as connection:
+            return read_record(connection, self.table)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def _merge_once(
+        self,
+        pieces: Iterable[pa.RecordBatch],
+        query_id: str,
+        checkpoint: str,
+        batch_id: int,
+        start_over: bool,
+    ) -> Verdict:
+        self._create()
+        with self.engine.begin() as connection:
+            if connection.dialect.name == "postgresql":
+                connection.exec_driver_sql("SET LOCAL statement_timeout = 0")
+            found = read_record(connection, self.table)
+            verdict = judge(found, query_id, batch_id, start_over, self.table, checkpoint)
+            if verdict is Verdict.SKIP:
+                return verdict
+            if verdict is Verdict.EMPTY_THEN_MERGE:
+                connection.exec_driver_sql(f"DELETE FROM {self._quoted(connection)}")
+            create_stage(connection, self.layout)
+            staged = stage(connection, self.layout, pieces)
+            if staged.rows:
+                apply(connection, self.table, self.layout, staged.unchanged)
+            write_record(connection, self.table, checkpoint, query_id, batch_id)
+        return verdict
+
+    def _create(self) -> None:
+        """The table (and the records) if missing, once per process."""
+        if self._created:
+            return
+        create_records(self.engine)
+        with self.engine.begin() as connection:
+            postgres = connection.dialect.name == "postgresql"
+            quote = connection.dialect.identifier_preparer.quote
+            columns = [
+                f"{quote(c.name)} "
+                f"{c.type_name if postgres else _SQLITE_TYPES.get(c.kind.oid, 'TEXT')}"
+                for c in self.shape.columns
+            ]
+            key = ", ".join(quote(name) for name in self.shape.key)
+            connection.exec_driver_sql(
+                f"CREATE TABLE IF NOT EXISTS {self._quoted(connection)} "
+                f"({', '.join(columns)}, _lsn BIGINT, PRIMARY KEY ({key}))"
+            )
+        self._created = True
+
+    def _quoted(self, connection: sqlalchemy.Connection) -> str:
+        quote = connection.dialect.identifier_preparer.quote
+        return ".".join(quote(part) for part in self.table.split("."))
