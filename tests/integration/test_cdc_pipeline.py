@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import shutil
 import subprocess
 import sys
 import threading
@@ -19,16 +20,19 @@ from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pyarrow.dataset as ds
 import pytest
 import sqlalchemy as sa
 
 from spark_jobs.jobs.cdc_pipeline import SOURCE_NAME
-from spark_jobs.jobs.merge_sink import written_batches
+from spark_jobs.jobs.merge.target import MergeTarget
+from spark_jobs.jobs.merge_sink import pieces, written_batches
 from spark_jobs.jobs.startup import job_environment
 from spark_jobs.metrics.schema import make_engine
 from spark_jobs.sources.cdc.child import default_slot_name
 from spark_jobs.sources.cdc.lsn import parse_lsn
+from spark_jobs.sources.cdc.table import describe_table
 from tests.integration.jobs import (
     JobDirs,
     base_conf,
@@ -39,11 +43,19 @@ from tests.integration.jobs import (
     transitions,
     wait_for,
 )
+from tests.support.cdc_types import (
+    OUTPUT_SETTINGS,
+    ROWS,
+    TYPE_COLUMNS,
+    TypeColumn,
+    create_types_table,
+    output_text,
+)
 from tests.support.postgres import LOGICAL_DECODING, PostgresServer
 from tools.cdc_data import Account, ChangeWriter, create_accounts, table_rows
 
 JOB = str(Path(sys.executable).parent / "backlog-cdc-job")
-ROWS = 2_000
+ACCOUNTS = 2_000
 #: 200-row chunks, two per backlog batch: the snapshot takes several batches.
 CHUNK_ROWS = 200
 MAX_BATCH_ROWS = 400
@@ -63,7 +75,7 @@ def server() -> Iterator[PostgresServer]:
 @pytest.fixture
 def accounts(server) -> str:
     name = f"accounts_{next(_tables)}"
-    create_accounts(server.url, name, ROWS)
+    create_accounts(server.url, name, ACCOUNTS)
     return name
 
 
@@ -305,7 +317,7 @@ def _show(rows: list[dict]) -> list[tuple]:
 
 
 def assert_seen_every_kind(counts: dict[str, int]) -> None:
-    assert counts.get("snapshot", 0) >= ROWS // 2, counts
+    assert counts.get("snapshot", 0) >= ACCOUNTS // 2, counts
     for kind in ("insert", "update", "delete", "pairs"):
         assert counts.get(kind, 0) > 0, (kind, counts)
 
@@ -546,3 +558,113 @@ def test_refusals_before_any_batch(server, plain_database, dirs):
         assert not (dirs.checkpoint / "spark").exists() and not dirs.output.exists()
     assert (slots(server), publications(server)) == before
     assert slots(plain_database) == {}
+
+
+@pytest.fixture(scope="module")
+def warehouse() -> Iterator[PostgresServer]:
+    """A second server for copies: it has none of the source's enums and domains."""
+    with PostgresServer(database="warehouse") as running:
+        yield running
+
+
+def texts(url: str, table: str, ids: range | None = None) -> dict[int, tuple]:
+    """Each row's values as their output functions write them, under the source's settings:
+    two servers agree on these exactly when the values are equal."""
+    columns = ", ".join(output_text(c.sql) for c in TYPE_COLUMNS)
+    engine = make_engine(url)
+    try:
+        with engine.connect() as connection:
+            for setting in OUTPUT_SETTINGS:
+                connection.execute(sa.text(setting))
+            found = connection.execute(sa.text(f"SELECT id, {columns} FROM {table}")).all()
+    finally:
+        engine.dispose()
+    return {row[0]: tuple(row[1:]) for row in found}
+
+
+def sqlite_value(column: TypeColumn, text: str | None) -> object:
+    """What a SQLite target holds for a value whose output text is ``text``."""
+    if text is None:
+        return None
+    kind = column.sql_type
+    if kind in ("smallint", "integer", "bigint", "cdc_positive"):
+        return int(text)
+    if kind == "boolean":
+        return int(text == "t")
+    if kind in ("real", "double precision"):
+        # A float4 is the double of the same value there: 0.1 is 0.10000000149011612.
+        number = float(text) if kind == "double precision" else float(np.float32(text))
+        return "NaN" if text == "NaN" else number
+    if kind == "bytea":
+        return bytes.fromhex(text[2:])
+    return text
+
+
+def test_every_type_is_copied_exactly_and_a_copy_started_over_needs_asking(
+    server, warehouse, dirs, tmp_path
+):
+    """The table of every supported type, its NULLs, a TOASTed value and each type's edge
+    values, through the snapshot and the changelog (an insert of every edge value again, a
+    key update that leaves the TOASTed value alone, a delete): the PostgreSQL copy holds the
+    same values, and the raw stream merged into SQLite holds them as docs/sources.md says.
+    Then the job starts over on a new checkpoint: refused before Spark starts without
+    --start-over; with it the copy is emptied first, so a row deleted meanwhile is gone."""
+    create_types_table(server.url, "every_type")
+    conf = job_conf(dirs, "cdc-types")
+    target = ["--target", warehouse.url, "--target-table", "copy"]
+    job = start_job(
+        server,
+        "every_type",
+        dirs,
+        *target,
+        "--changes-output",
+        str(changes_output(dirs)),
+        "--stop-when-idle",
+        "4s",
+        conf=conf,
+    )
+    wait_for(lambda: any(not r["is_backlog"] for r in checkpoints(dirs)), "live", 150, job)
+    names = ", ".join(c.sql for c in TYPE_COLUMNS)
+    execute(server, f"INSERT INTO every_type SELECT id + 100, {names} FROM every_type")
+    execute(server, "UPDATE every_type SET id = 1000, \"note\" = 'moved' WHERE id = 1")
+    execute(server, "DELETE FROM every_type WHERE id = 2")
+    finish(job, 120)
+    source = texts(server.url, "every_type")
+    assert len(source) == 2 * ROWS - 1 and texts(warehouse.url, "copy") == source
+    assert len(source[1000][TYPE_COLUMNS.index(LONG_NOTE)]) == 12_000
+
+    shape = check_source_shape(server)
+    sqlite = MergeTarget(f"sqlite:///{tmp_path}/copy.db", "copy", shape, outage_timeout_s=1.0)
+    for batch_id, directory in written_batches(str(changes_output(dirs))).items():
+        sqlite.merge(lambda d=directory: pieces(d), "q", "/raw", batch_id, False)
+    sqlite.close()
+    held = _query(f"sqlite:///{tmp_path}/copy.db", f"SELECT id, {names} FROM copy")
+    assert {row[0]: tuple(row[1:]) for row in held} == {
+        key: tuple(sqlite_value(c, v) for c, v in zip(TYPE_COLUMNS, values, strict=True))
+        for key, values in source.items()
+    }
+
+    assert "dropped replication slot" in teardown(server, "every_type", dirs, *target)
+    shutil.rmtree(dirs.checkpoint)
+    execute(server, "DELETE FROM every_type WHERE id = 3")
+    refused = run_command([*cdc_command(server, "every_type", dirs), *target])
+    assert refused.returncode == 2, refused
+    assert "target table copy holds batches up to" in refused.stderr
+    assert "Run with --start-over" in refused.stderr and not (dirs.checkpoint / "spark").exists()
+    again = start_job(
+        server, "every_type", dirs, *target, "--start-over", "--stop-when-idle", "3s", conf=conf
+    )
+    finish(again, 120)
+    assert texts(warehouse.url, "copy") == texts(server.url, "every_type")
+    teardown(server, "every_type", dirs)
+
+
+LONG_NOTE = next(c for c in TYPE_COLUMNS if c.name == "Long Note")
+
+
+def check_source_shape(server: PostgresServer):
+    engine = make_engine(server.url)
+    try:
+        return describe_table(engine, "every_type")
+    finally:
+        engine.dispose()

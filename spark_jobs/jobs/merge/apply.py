@@ -55,7 +55,7 @@ class Statements:
         if not self.postgres:
             return staged
         column = (self.layout.keys if of_key else self.layout.values)[position]
-        return f"CAST({staged} AS {column.type_name})"
+        return f"CAST({staged} AS {self.layout.types[column.name]})"
 
     def as_staged(self, target_column: str) -> str:
         """A target value in the stage's form (PostgreSQL's text, which casts back)."""

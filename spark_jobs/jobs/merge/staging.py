@@ -14,7 +14,7 @@ Staged columns are named by position (``k0``..: the key, ``v0``..: the other col
 from __future__ import annotations
 
 import io
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,14 +35,18 @@ _SQLITE_NATIVE = (pa.types.is_integer, pa.types.is_floating, pa.types.is_binary)
 
 @dataclass(frozen=True)
 class Layout:
-    """The target table's columns: the key's and the others', in the table's order."""
+    """The target table's columns: the key's and the others', in the table's order, and
+    each one's type in the target (what a staged text is cast to on PostgreSQL)."""
 
     keys: tuple[TableColumn, ...]
     values: tuple[TableColumn, ...]
+    types: Mapping[str, str]
 
     @classmethod
-    def of(cls, shape: TableShape) -> Layout:
-        return cls(shape.key_columns, tuple(c for c in shape.columns if c.name not in shape.key))
+    def of(cls, shape: TableShape, types: Mapping[str, str] | None = None) -> Layout:
+        values = tuple(c for c in shape.columns if c.name not in shape.key)
+        own = {c.name: c.type_name for c in shape.columns}
+        return cls(shape.key_columns, values, own if types is None else types)
 
     @property
     def key_names(self) -> list[str]:

@@ -35,7 +35,7 @@ from spark_jobs.jobs.merge.record import (
 from spark_jobs.jobs.merge.staging import Layout, create_stage, stage
 from spark_jobs.metrics.schema import make_engine
 from spark_jobs.sources.cdc.slot import is_outage
-from spark_jobs.sources.cdc.table import TableShape
+from spark_jobs.sources.cdc.table import TableColumn, TableShape
 
 logger = logging.getLogger(__name__)
 
@@ -129,20 +129,41 @@ class MergeTarget:
             return
         create_records(self.engine)
         with self.engine.begin() as connection:
-            postgres = connection.dialect.name == "postgresql"
             quote = connection.dialect.identifier_preparer.quote
-            columns = [
-                f"{quote(c.name)} "
-                f"{c.type_name if postgres else _SQLITE_TYPES.get(c.kind.oid, 'TEXT')}"
-                for c in self.shape.columns
-            ]
+            columns = [f"{quote(c.name)} {_type(connection, c)}" for c in self.shape.columns]
             key = ", ".join(quote(name) for name in self.shape.key)
             connection.exec_driver_sql(
                 f"CREATE TABLE IF NOT EXISTS {self._quoted(connection)} "
                 f"({', '.join(columns)}, _lsn BIGINT, PRIMARY KEY ({key}))"
             )
+            if connection.dialect.name == "postgresql":
+                self.layout = Layout.of(self.shape, self._column_types(connection))
         self._created = True
+
+    def _column_types(self, connection: sqlalchemy.Connection) -> dict[str, str]:
+        """The table's column types as the target has them (created here or before)."""
+        found = connection.execute(
+            sqlalchemy.text(
+                "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
+                "WHERE attrelid = to_regclass(:table) AND attnum > 0 AND NOT attisdropped"
+            ),
+            {"table": self._quoted(connection)},
+        )
+        return dict(found.all())
 
     def _quoted(self, connection: sqlalchemy.Connection) -> str:
         quote = connection.dialect.identifier_preparer.quote
         return ".".join(quote(part) for part in self.table.split("."))
+
+
+def _type(connection: sqlalchemy.Connection, column: TableColumn) -> str:
+    """The column's type in the target: the source's own on PostgreSQL (or, for an enum or a
+    domain the target lacks, the built-in type that holds its values), SQLite's affinity."""
+    if connection.dialect.name != "postgresql":
+        return _SQLITE_TYPES.get(column.kind.oid, "TEXT")
+    if column.portable_type is None:
+        return column.type_name
+    known = connection.execute(
+        sqlalchemy.text("SELECT to_regtype(:name) IS NOT NULL"), {"name": column.type_name}
+    ).scalar_one()
+    return column.type_name if known else column.portable_type

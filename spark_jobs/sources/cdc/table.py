@@ -165,6 +165,9 @@ class TableColumn:
     #: The type of ``COLUMN_TYPES`` the column is read and written as when not ``type_oid``:
     #: a domain's base type, text for an array or an enum.
     base_oid: int | None = None
+    #: The built-in type a target on another server gets where it lacks ``type_name`` (an
+    #: enum's or a domain's): the domain's base type, text for an enum, arrays alike.
+    portable_type: str | None = None
 
     @property
     def kind(self) -> ColumnType:
@@ -316,7 +319,7 @@ _TYPES = text(
     "  UNION SELECT CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE t.typelem END "
     "  FROM reached r JOIN pg_type t ON t.oid = r.oid "
     "  WHERE t.typtype = 'd' OR t.typelem <> 0"
-    ") SELECT t.oid, t.typtype, t.typbasetype, t.typelem, "
+    ") SELECT t.oid, t.typtype, t.typbasetype, t.typelem, format_type(t.oid, NULL) AS name, "
     "  t.oid = (SELECT e.typarray FROM pg_type e WHERE e.oid = t.typelem) AS is_array "
     "FROM reached JOIN pg_type t ON t.oid = reached.oid"
 )
@@ -381,7 +384,22 @@ def _described(table: str, column: sqlalchemy.Row, types: Mapping[int, Any]) -> 
         column.atttypid,
         column.type_name,
         None if base == column.atttypid else base,
+        None if column.atttypid < _FIRST_USER_OID else _portable(column.atttypid, types),
     )
+
+
+def _portable(type_oid: int, types: Mapping[int, Any]) -> str:
+    """A built-in type holding every value of ``type_oid``: past its domains, text for an
+    enum, an array of the portable element type."""
+    found = types[_without_domains(type_oid, types)]
+    if found.is_array:
+        element = _portable(found.typelem, types)
+        return f"{element}[]" if found.typelem >= _FIRST_USER_OID else found.name
+    return "text" if found.typtype == "e" else found.name
+
+
+#: PostgreSQL's first OID of a user-made object: types below it are built in.
+_FIRST_USER_OID = 16384
 
 
 def _supported_base(type_oid: int, types: Mapping[int, Any]) -> int | None:

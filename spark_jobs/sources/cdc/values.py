@@ -338,7 +338,9 @@ def _timestamp_texts(array: pa.Array, zone: str, spell: Callable[[int], str]) ->
     micros = array.cast(pa.int64())
     rare = _outside(micros, _FIRST_MICRO, _LAST_MICRO)
     common = pc.if_else(rare, pa.scalar(0, pa.int64()), micros).cast(pa.timestamp("us"))
-    text = common.cast(pa.string())
+    # Arrow writes six decimals; PostgreSQL drops trailing zeros, and a zero fraction.
+    text = pc.replace_substring_regex(common.cast(pa.string()), r"\.0+$", "")
+    text = pc.replace_substring_regex(text, r"(\.[0-9]*[1-9])0+$", r"\1")
     if zone:
         text = pc.binary_join_element_wise(text, zone, "")
     return _respelled(text, rare, micros, spell)
