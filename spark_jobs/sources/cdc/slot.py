@@ -486,7 +486,12 @@ class ReplicationSlot:
     def _first_rows(self, statement: str, bounds: dict[str, Any]) -> tuple[_Cursor, list]:
         """A streamed peek's cursor and first rows; the slot is taken, or found busy, when
         the first rows are fetched."""
-        cursor = _Cursor(self._engine.raw_connection(), self._engine.dialect.dbapi)
+        dbapi = self._engine.dialect.dbapi
+        try:
+            pooled = self._engine.raw_connection()
+        except dbapi.Error as error:  # the pool hands the driver's own error on
+            raise sqlalchemy.exc.DBAPIError.instance(None, None, error, dbapi.Error) from error
+        cursor = _Cursor(pooled, dbapi)
         try:
             rows = cursor.open(statement, bounds)
         except BaseException:

@@ -2,7 +2,9 @@
 
 import json
 import pickle
+import threading
 import time
+from collections.abc import Iterator
 
 import pyarrow as pa
 import pytest
@@ -25,6 +27,7 @@ from spark_jobs.sources.cdc.slot import ReplicationSlot, SlotError
 from spark_jobs.sources.children import ChildSpecError
 from spark_jobs.sources.hybrid import HybridStreamReader
 from spark_jobs.sources.postgres_cdc import PostgresCdcDataSource
+from tests.support.postgres import LOGICAL_DECODING, PostgresServer
 
 CHUNK_ROWS = 10
 
@@ -379,3 +382,70 @@ def test_the_publication_is_checked_at_every_start(make_reader, database, filled
     restarted = make_reader()
     with pytest.raises(SlotError, match=r"does not publish delete, truncate"):
         restarted.latestOffset(end, ReadAllAvailable())
+
+
+@pytest.fixture
+def restartable(tmp_path) -> Iterator[tuple[PostgresServer, dict]]:
+    """A server of its own, to stop and start, with a 25-row table and a reader's options."""
+    settings = {**LOGICAL_DECODING, "synchronous_commit": "on"}
+    with PostgresServer(database="shop", settings=settings) as server:
+        engine = make_engine(server.url)
+        write(engine, "CREATE TABLE accounts (id int PRIMARY KEY, name text, notes text)")
+        write(engine, "INSERT INTO accounts SELECT g, 'n' || g, NULL FROM generate_series(1, 25) g")
+        engine.dispose()
+        options = {
+            "sources": json.dumps([spec(server, "accounts", outageTimeout="1min")]),
+            "stateLocation": str(tmp_path / "state"),
+        }
+        yield server, options
+
+
+def test_a_server_that_is_away_is_ridden_out_by_the_planner_and_the_reader(
+    restartable, monkeypatch
+):
+    """No batch while the server is away, then the batch; a read cut half-way by a restart
+    starts over once the server is back and gives each row once."""
+    server, options = restartable
+    shape = describe("accounts", server.url, "accounts")
+    reader = HybridStreamReader(options, from_arrow_schema(change_schema(shape)))
+    end = live(reader)
+    engine = make_engine(server.url)
+    write(engine, "INSERT INTO accounts SELECT g, 'new', NULL FROM generate_series(100, 2099) g")
+    engine.dispose()
+    server.stop()
+    assert reader.latestOffset(end, ReadAllAvailable()) == end
+    server.start()
+    changes = reader.latestOffset(end, ReadAllAvailable())
+    assert changes != end
+    (partition,) = reader.partitions(end, changes)
+    monkeypatch.setattr("spark_jobs.sources.cdc.changelog.PIECE_ROWS", 300)
+    pieces = partition.read(reader.arrow_schema)
+    ids = next(pieces).column("id").to_pylist()
+    server.stop()
+    back = threading.Timer(1.0, server.start)  # meanwhile the read is refused, and retries
+    back.start()
+    ids += [i for piece in pieces for i in piece.column("id").to_pylist()]
+    back.join()
+    assert ids == list(range(100, 2100))
+    reader.commit(changes)
+    teardown(server.url, reader.children[0].slot, reader.children[0].publication, "accounts")
+    reader.stop()
+
+
+def test_a_server_away_past_the_outage_timeout_fails_by_name(restartable):
+    server, options = restartable
+    spec_ = {**json.loads(options["sources"])[0], "outageTimeout": "0.5s"}
+    options = {**options, "sources": json.dumps([spec_])}
+    shape = describe("accounts", server.url, "accounts")
+    reader = HybridStreamReader(options, from_arrow_schema(change_schema(shape)))
+    end = live(reader)
+    server.stop()
+    try:
+        assert reader.latestOffset(end, ReadAllAvailable()) == end
+        time.sleep(0.6)
+        with pytest.raises(SlotError, match=r"has not answered for .* \(outageTimeout 500ms\)"):
+            reader.latestOffset(end, ReadAllAvailable())
+    finally:
+        server.start()
+        teardown(server.url, reader.children[0].slot, reader.children[0].publication, "accounts")
+        reader.stop()
