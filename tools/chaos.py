@@ -26,7 +26,12 @@ Kinds of trials and their faults:
   fetch and offset requests answered with errors while the job follows live data;
 - ``malformed``: with the quarantine on (``--bad-records-path``), two history files
   broken (one not parquet, one with a column of another type) and topic values that are
-  no event; the trial recovers when every one of them is counted as set aside.
+  no event; the trial recovers when every one of them is counted as set aside;
+- ``cdc``: the CDC pipeline instead (``tools/cdc_chaos.py``), copying a table that keeps
+  changing: SIGKILLs in the snapshot, at the switch and in the changelog, the source server
+  restarted and the target database away. Its counts are versions lost and changes
+  duplicated in the raw change stream, and keys where the merged copy or the replayed
+  stream is not the table.
 """
 
 from __future__ import annotations
@@ -55,6 +60,7 @@ from confluent_kafka import KafkaError, Producer
 
 from spark_jobs.backlog.values import count_argument
 from spark_jobs.jobs.startup import job_environment
+from tools import cdc_chaos
 from tools.broker import FETCH, LIST_OFFSETS, EmbeddedBroker
 from tools.data import KafkaProducerThread
 from tools.report import Checkpoint
@@ -121,6 +127,8 @@ class TrialResult:
     wrong_amounts: int = 0
     #: How far the final watermark stayed behind the last event written.
     watermark_behind_s: float = 0.0
+    #: For cdc: keys where the merged copy or the replayed change stream is not the table.
+    differs: int = 0
     note: str = ""
 
 
@@ -338,6 +346,7 @@ def malformed(trial: Trial) -> tuple[str, ...]:
     return FAULTS["malformed"]
 
 
+#: The events pipeline's kinds of trials; ``cdc`` runs whole in tools/cdc_chaos.py.
 KINDS: dict[str, Callable[[Trial], tuple[str, ...]]] = {
     "kills": kills,
     "database": database,
@@ -351,6 +360,7 @@ FAULTS = {
     "skew": ("skewed-second-driver",),
     "broker": ("brokers-down", "leaders-moved", "request-errors"),
     "malformed": ("malformed-files", "malformed-records"),
+    "cdc": cdc_chaos.FAULTS,
 }
 
 
@@ -453,8 +463,43 @@ def run_trial(
     )
 
 
+def run_cdc_trial(index: int, workdir: Path, rng: random.Random) -> TrialResult:
+    """A ``cdc`` trial: ``compared`` counts the source table's rows, ``produced`` the
+    versions in the change stream; a trial that failed counts for the faults it reached."""
+    trial = cdc_chaos.run_trial(workdir / f"cdc-{index}", rng)
+    check = trial.check
+    return TrialResult(
+        "cdc",
+        trial.faults,
+        trial.recovered,
+        check.lost,
+        check.duplicated,
+        check.rows,
+        check.versions,
+        differs=check.copy_differs + check.stream_differs,
+        note=trial.note,
+    )
+
+
+def outcome_line(result: TrialResult) -> str:
+    outcome = "recovered" if result.recovered else f"NOT recovered: {result.note}"
+    if result.kind == "cdc":
+        return (
+            f"  {result.compared:,} rows and {result.produced:,} versions compared: lost "
+            f"{result.lost} versions, duplicated {result.duplicated} changes, copy or stream "
+            f"differs in {result.differs} keys, {outcome}"
+        )
+    return (
+        f"  {result.compared:,} of {result.produced:,} events compared: lost "
+        f"{result.lost}, duplicated {result.duplicated}, wrong amounts "
+        f"{result.wrong_amounts}, final watermark {result.watermark_behind_s:.0f} s "
+        f"before the last event, {outcome}"
+    )
+
+
 def summary(results: Sequence[TrialResult]) -> dict[str, dict[str, int]]:
-    """Per fault: trials, events lost and duplicated, trials the job recovered from."""
+    """Per fault: trials, events lost and duplicated (cdc: versions and changes), trials
+    the job recovered from."""
     faults: dict[str, dict[str, int]] = {}
     for result in results:
         for fault in result.faults:
@@ -483,8 +528,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--trials", type=count_argument, default=10, help="trials of each kind")
     parser.add_argument(
         "--kinds",
-        default="kills,database,broker,malformed",
-        help=f"comma-separated kinds of trials, of {', '.join(KINDS)} (default: all but skew)",
+        default="kills,database,broker,malformed,cdc",
+        help=f"comma-separated kinds of trials, of {', '.join(FAULTS)} (default: all but skew)",
     )
     parser.add_argument("--events", type=count_argument, default=30_000, help="backlog events")
     parser.add_argument("--workdir", type=Path, default=Path("var/chaos"))
@@ -494,9 +539,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     args = parser.parse_args(argv)
     kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
-    unknown = [k for k in kinds if k not in KINDS]
+    unknown = [k for k in kinds if k not in FAULTS]
     if unknown or not kinds:
-        parser.error(f"--kinds {args.kinds!r}: choose among {', '.join(KINDS)}")
+        parser.error(f"--kinds {args.kinds!r}: choose among {', '.join(FAULTS)}")
     if "skew" in kinds and not args.postgres_url:
         parser.error("--kinds skew needs --postgres-url (SQLite's clock is each process's)")
     args.kinds = kinds
@@ -509,24 +554,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     rng = random.Random(seed)
     say(f"fault campaign: {args.trials} trial(s) of {', '.join(args.kinds)} (seed {seed})")
     results = []
+    workdir = args.workdir.resolve()
     for kind in args.kinds:
         for index in range(args.trials):
             say(f"[{kind} {index + 1}/{args.trials}]")
-            url = args.postgres_url if kind == "skew" else None
-            result = run_trial(kind, index, args.workdir.resolve(), args.events, rng, url)
-            outcome = "recovered" if result.recovered else f"NOT recovered: {result.note}"
-            say(
-                f"  {result.compared:,} of {result.produced:,} events compared: lost "
-                f"{result.lost}, duplicated {result.duplicated}, wrong amounts "
-                f"{result.wrong_amounts}, final watermark {result.watermark_behind_s:.0f} s "
-                f"before the last event, {outcome}"
-            )
+            if kind == "cdc":
+                result = run_cdc_trial(index, workdir, rng)
+            else:
+                url = args.postgres_url if kind == "skew" else None
+                result = run_trial(kind, index, workdir, args.events, rng, url)
+            say(outcome_line(result))
             results.append(result)
     faults = summary(results)
     for line in table(faults):
         say(line)
     print(json.dumps(faults, sort_keys=True), flush=True)
-    clean = all(r.recovered and r.lost == r.duplicated == r.wrong_amounts == 0 for r in results)
+    clean = all(
+        r.recovered and r.lost == r.duplicated == r.wrong_amounts == r.differs == 0 for r in results
+    )
     return 0 if clean else 1
 
 
