@@ -16,12 +16,10 @@ import subprocess
 import sys
 import threading
 import time
-from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
-import pyarrow.dataset as ds
 import pytest
 import sqlalchemy as sa
 
@@ -52,7 +50,8 @@ from tests.support.cdc_types import (
     output_text,
 )
 from tests.support.postgres import LOGICAL_DECODING, PostgresServer
-from tools.cdc_data import Account, ChangeWriter, create_accounts, table_rows
+from tools.cdc_check import check_changes, kinds_seen, read_changes
+from tools.cdc_data import ChangeWriter, create_accounts, table_rows
 
 JOB = str(Path(sys.executable).parent / "backlog-cdc-job")
 ACCOUNTS = 2_000
@@ -255,67 +254,6 @@ def teardown(server: PostgresServer, table: str, dirs: JobDirs, *extra: str) -> 
 # --- the raw change stream ---------------------------------------------------------------
 
 
-def committed_changes(output: Path) -> list[dict]:
-    """The change rows of every batch written whole."""
-    batches = [ds.dataset(d, format="parquet") for d in written_batches(str(output)).values()]
-    return ds.dataset(batches).to_table().to_pylist() if batches else []
-
-
-def check_change_stream(changes: list[dict], expected: dict[int, Account]) -> dict[str, int]:
-    """Per key, ordered by (_lsn, _seq): a snapshot image or an insert first, then versions
-    one apart (no change lost, none twice), a delete only last; replayed, the rows equal
-    ``expected``. Returns counts of what was seen, so a test can tell it was not trivial."""
-    by_key: dict[int, list[dict]] = defaultdict(list)
-    for row in changes:
-        by_key[row["id"]].append(row)
-    problems: list[str] = []
-    replayed: dict[int, Account] = {}
-    for key, rows in by_key.items():
-        rows.sort(key=lambda r: (r["_lsn"], r["_seq"]))
-        marks = [(r["_lsn"], r["_seq"]) for r in rows]
-        if len(set(marks)) != len(marks):
-            problems.append(f"key {key}: a change emitted twice: {_show(rows)}")
-            continue
-        if rows[0]["_op"] not in ("snapshot", "insert"):
-            problems.append(f"key {key}: starts with {rows[0]['_op']}: {_show(rows)}")
-            continue
-        if any(r["_op"] == "snapshot" for r in rows[1:]):
-            problems.append(f"key {key}: a second snapshot image: {_show(rows)}")
-            continue
-        versions = [r["version"] for r in rows if r["_op"] != "delete"]
-        deletes = [i for i, r in enumerate(rows) if r["_op"] == "delete"]
-        if versions != list(range(versions[0], versions[0] + len(versions))):
-            problems.append(f"key {key}: versions {versions}: {_show(rows)}")
-        elif deletes and deletes != [len(rows) - 1]:
-            problems.append(f"key {key}: a change after its delete: {_show(rows)}")
-        last = rows[-1]
-        if last["_op"] != "delete":
-            replayed[key] = Account(
-                last["version"], last["balance"], last["note"], last["updated_at"]
-            )
-    assert not problems, f"{len(problems)} keys wrong:\n" + "\n".join(problems[:20])
-    missing = sorted(set(expected) - set(replayed))
-    extra = sorted(set(replayed) - set(expected))
-    differ = sorted(k for k in set(expected) & set(replayed) if expected[k] != replayed[k])
-    assert not (missing or extra or differ), (
-        f"replayed stream != table: missing {missing[:10]}, extra {extra[:10]}, "
-        f"different {[(k, expected[k], replayed[k]) for k in differ[:5]]}"
-    )
-    counts: dict[str, int] = defaultdict(int)
-    for row in changes:
-        counts[row["_op"]] += 1
-    transactions = defaultdict(set)
-    for row in changes:
-        if row["_op"] == "update":
-            transactions[row["_lsn"]].add(row["id"])
-    counts["pairs"] = sum(len(ids) == 2 for ids in transactions.values())
-    return dict(counts)
-
-
-def _show(rows: list[dict]) -> list[tuple]:
-    return [(r["_op"], r["version"], r["_lsn"], r["_seq"]) for r in rows]
-
-
 def assert_seen_every_kind(counts: dict[str, int]) -> None:
     assert counts.get("snapshot", 0) >= ACCOUNTS // 2, counts
     for kind in ("insert", "update", "delete", "pairs"):
@@ -513,9 +451,10 @@ def test_killed_in_the_snapshot_at_the_switch_and_in_the_changelog(server, accou
         assert phases == [True] * backlog + [False] * (len(phases) - backlog), (phases, kills)
         assert [t["is_backlog"] for t in transitions(dirs)] == [True, False], kills
         source = table_rows(server.url, accounts)
-        counts = check_change_stream(committed_changes(changes_output(dirs)), source)
-        assert_seen_every_kind(counts)
-        assert table_rows(server.url, copy) == source
+        changes = read_changes(changes_output(dirs))
+        check = check_changes(changes, source, table_rows(server.url, copy))
+        assert check.exact, check
+        assert_seen_every_kind(kinds_seen(changes))
         assert slots(server)[slot_of(dirs)] <= last_committed_end(dirs)
     finally:
         teardown(server, accounts, dirs)
