@@ -23,10 +23,11 @@ waits drawn from the campaign's generator:
 
 Then the writer stops, the job stops once idle, and ``tools.cdc_check`` counts what the raw
 change stream lost or duplicated and the keys where it or the merged copy is not the table.
-The trial recovered if the job got through every fault, exited 0 at the end, and every
-batch it committed has its metrics row. A job that failed is started once more to drain the
-changes before the counts, so they tell what a restart recovers from what is lost; the trial
-still did not recover. The slot is torn down last.
+The trial recovered if the job got through every fault, exited 0 at the end, every
+batch it committed has its metrics row, and at no kill was the slot past the end of Spark's
+last committed batch (where a restart reads from). A job that failed is started once more to
+drain the changes before the counts, so they tell what a restart recovers from what is lost;
+the trial still did not recover. The slot is torn down last.
 """
 
 from __future__ import annotations
@@ -44,8 +45,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+import sqlalchemy as sa
+
 import spark_jobs.jobs.cdc_pipeline as cdc_pipeline
 from spark_jobs.jobs.startup import job_environment
+from spark_jobs.metrics.schema import make_engine
+from spark_jobs.sources.cdc.child import default_slot_name
+from spark_jobs.sources.cdc.lsn import parse_lsn
 from tools.cdc_check import StreamCheck, check_changes, kinds_seen, read_changes
 from tools.cdc_data import ChangeWriter, create_accounts, table_rows
 from tools.cdc_runs import CdcRun, cdc_server, target_server
@@ -112,6 +118,8 @@ class CdcTrial:
     job: subprocess.Popen[bytes] | None = None
     #: The faults injected so far.
     faults: list[str] = field(default_factory=list)
+    #: What was wrong at a kill, though the job went on.
+    problems: list[str] = field(default_factory=list)
 
     def start(self) -> None:
         log = self.run.root / f"job-{len(self.logs)}.log"
@@ -134,7 +142,31 @@ class CdcTrial:
         say(f"  {fault}: batch {batch} in flight")
         self.faults.append(fault)
         self.kill()
+        if ahead := self.slot_ahead():
+            self.problems.append(f"{fault}: {ahead}")
         self.start()
+
+    def slot_ahead(self) -> str | None:
+        """What is wrong if the slot is past the end of Spark's last committed batch;
+        None if it is not, or if there is no slot or commit yet."""
+        slot = default_slot_name(f"{self.run.checkpoint}/source", cdc_pipeline.SOURCE_NAME)
+        engine = make_engine(self.source.url)
+        try:
+            with engine.connect() as connection:
+                confirmed = connection.execute(
+                    sa.text(
+                        "SELECT confirmed_flush_lsn::text FROM pg_replication_slots "
+                        "WHERE slot_name = :slot"
+                    ),
+                    {"slot": slot},
+                ).scalar()
+        finally:
+            engine.dispose()
+        done = self.batches("commits")
+        end = self.position(done[-1]) if done else None
+        if confirmed is None or end is None or parse_lsn(confirmed) <= parse_lsn(end["lsn"]):
+            return None
+        return f"slot {slot} at {confirmed}, past the last committed batch's end {end['lsn']}"
 
     def take_away(self, fault: str, server: PostgresServer, seconds: float) -> None:
         """``server`` stopped (sessions cut, data kept) for ``seconds``, then started again."""
@@ -295,11 +327,12 @@ def run_trial(root: Path, rng: random.Random) -> CdcTrialResult:
         say(f"  the change stream: {kinds_seen(stream)}")
         for example in check.examples:
             say(f"    {example}")
+        note = "; ".join(filter(None, (note, *trial.problems)))
         recorded = [c.batch_id for c in run.checkpoints()]
         unrecorded = unrecorded_batches(run.checkpoint / "spark", recorded)
         if unrecorded:
             missing = f"committed without a metrics row: batches {unrecorded}"
-            note = f"{note}; {missing}" if note else missing
+            note = "; ".join(filter(None, (note, missing)))
         say(f"  teardown: {teardown(run)}")
     return CdcTrialResult(tuple(trial.faults), not note, check, note)
 

@@ -48,7 +48,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -122,6 +122,7 @@ class TrialResult:
     lost: int
     duplicated: int
     compared: int
+    _: KW_ONLY
     produced: int = 0
     #: Events in windows the sink holds once but with another sum of amounts.
     wrong_amounts: int = 0
@@ -456,10 +457,10 @@ def run_trial(
         result.lost,
         result.duplicated,
         result.compared,
-        result.produced,
-        result.wrong_amounts,
-        watermark_behind_s,
-        note,
+        produced=result.produced,
+        wrong_amounts=result.wrong_amounts,
+        watermark_behind_s=watermark_behind_s,
+        note=note,
     )
 
 
@@ -475,7 +476,7 @@ def run_cdc_trial(index: int, workdir: Path, rng: random.Random) -> TrialResult:
         check.lost,
         check.duplicated,
         check.rows,
-        check.versions,
+        produced=check.versions,
         differs=check.copy_differs + check.stream_differs,
         note=trial.note,
     )
