@@ -270,7 +270,7 @@ def test_the_current_wal_position_is_at_or_past_every_commit_end(slot, table, da
 
 
 @pytest.fixture
-def held(logical_server, slot):
+def held(logical_server, slot, database):
     """The slot in use by a streaming replication session, as a second query would hold it."""
     connection = psycopg2.connect(
         logical_server.url, connection_factory=psycopg2.extras.LogicalReplicationConnection
@@ -281,6 +281,16 @@ def held(logical_server, slot):
     )
     yield connection
     connection.close()
+    # The server's walsender lets go of the slot a moment after its client is gone: the
+    # slot fixture drops it only then.
+    with database.connect() as session:
+        deadline = time.monotonic() + 30
+        while session.execute(ACTIVE, {"slot": slot.slot}).scalar():
+            assert time.monotonic() < deadline, f"slot {slot.slot} still active"
+            time.sleep(0.05)
+
+
+ACTIVE = text("SELECT active FROM pg_replication_slots WHERE slot_name = :slot")
 
 
 def test_a_slot_another_session_holds_is_refused_by_name_once_the_wait_is_over(
