@@ -63,6 +63,9 @@ with DAG("runs_no_job", schedule=None):
     EmptyOperator(task_id="nothing")
 """
 
+# One job's metrics and one api-server serve every test here: keep them on one worker.
+pytestmark = pytest.mark.xdist_group("backlog_view")
+
 
 @dataclass(frozen=True)
 class Airflow:
