@@ -11,7 +11,10 @@ import pytest
 
 from tests.support.postgres import PostgresServer
 
-os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="airflow-home-"))
+if "PYTEST_XDIST_WORKER" in os.environ or "AIRFLOW_HOME" not in os.environ:
+    # A worker of a run side by side inherits the home its controller made: one SQLite
+    # database for all of them would see their migrations race.
+    os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="airflow-home-")
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1")
 
