@@ -28,6 +28,7 @@ Options (keys are case-insensitive):
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
 from collections.abc import Iterator, Mapping
@@ -46,7 +47,6 @@ from pyspark.sql.types import StructType
 
 from spark_jobs.backlog.secrets import redacted_repr
 from spark_jobs.backlog.values import parse_count
-from spark_jobs.sources.cdc.child import PostgresCdcChild
 from spark_jobs.sources.children import (
     ChildSource,
     ChildSpecError,
@@ -55,16 +55,18 @@ from spark_jobs.sources.children import (
     SourceContext,
     spec_field,
 )
-from spark_jobs.sources.files import FILE_CHILDREN
 from spark_jobs.sources.gate import PlanChannel, SourceGate
-from spark_jobs.sources.kafka import KafkaChild
 from spark_jobs.sources.quarantine import OFFSET_FIELD as QUARANTINE_FIELD
 from spark_jobs.sources.storage import resolve_uri
 
-CHILD_KINDS: dict[str, type[ChildSource]] = {
-    **FILE_CHILDREN,
-    KafkaChild.kind: KafkaChild,
-    PostgresCdcChild.kind: PostgresCdcChild,
+#: Each kind's class, imported only once a job names the kind: a job of files and Kafka
+#: loads neither the CDC child's SQLAlchemy and PostgreSQL driver nor Kafka's client when it
+#: has no such child, in its driver or in any of its Python workers.
+CHILD_KINDS: dict[str, str] = {
+    "files": "spark_jobs.sources.files:BoundedFiles",
+    "landing": "spark_jobs.sources.files:LandingFiles",
+    "kafka": "spark_jobs.sources.kafka:KafkaChild",
+    "postgres-cdc": "spark_jobs.sources.cdc.child:PostgresCdcChild",
 }
 DEFAULT_ROWS_PER_PARTITION = 250_000
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
@@ -113,12 +115,18 @@ def parse_children(text: str | None) -> list[dict[str, Any]]:
     if len(set(names)) != len(names):
         raise HybridOptionError(f"child source names must be unique, got {names}")
     for spec in specs[:-1]:
-        if not CHILD_KINDS[spec["kind"]].bounded:
+        if not child_class(spec["kind"]).bounded:
             raise HybridOptionError(
                 f"child source {spec['name']!r} of kind {spec['kind']!r} never ends, "
                 "so only the last child may be of that kind"
             )
     return specs
+
+
+def child_class(kind: str) -> type[ChildSource]:
+    """The class of a kind of ``CHILD_KINDS``, imported on first use."""
+    module, name = CHILD_KINDS[kind].split(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def _positive_int(options: Mapping[str, str], key: str) -> int | None:
@@ -153,7 +161,7 @@ class HybridStreamReader(DataSourceStreamReader):
             source_name=self.source_name,
             bad_records=self.bad_records,
         )
-        self.children = [CHILD_KINDS[spec["kind"]].from_spec(spec, context) for spec in specs]
+        self.children = [child_class(spec["kind"]).from_spec(spec, context) for spec in specs]
         self.backlog_overrides: list[bool | None] = [spec.get("backlog") for spec in specs]
         self.max_rows = _positive_int(opts, "maxRowsPerTrigger")
         self.max_files = _positive_int(opts, "maxFilesPerTrigger")

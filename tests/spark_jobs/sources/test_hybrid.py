@@ -1,4 +1,6 @@
 import json
+import subprocess
+import sys
 
 import pytest
 from confluent_kafka import Producer
@@ -8,7 +10,13 @@ from spark_jobs.backlog.decider import Decision
 from spark_jobs.backlog.plan import TriggerPlan
 from spark_jobs.sources.children import ChildSpecError, spec_field
 from spark_jobs.sources.gate import PlanChannel
-from spark_jobs.sources.hybrid import HybridDataSource, HybridOptionError, HybridStreamReader
+from spark_jobs.sources.hybrid import (
+    CHILD_KINDS,
+    HybridDataSource,
+    HybridOptionError,
+    HybridStreamReader,
+    child_class,
+)
 from tests.spark_jobs.sources.conftest import SPARK_SCHEMA, land, write_file
 from tools.broker import EmbeddedBroker
 
@@ -307,3 +315,21 @@ def test_a_topics_latest_offsets_are_taken_at_the_first_start_not_after_the_hist
             offset = end
         source.stop()
     assert sorted(seen) == list(range(15))
+
+
+def test_each_kind_names_its_class_and_a_job_imports_only_the_kinds_it_uses():
+    assert {kind: child_class(kind).kind for kind in CHILD_KINDS} == {k: k for k in CHILD_KINDS}
+    # What every Python process of a job imports first: no child's client library.
+    loaded = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, spark_jobs.sources.hybrid; "
+            "print(sorted(m for m in ('sqlalchemy', 'psycopg2', 'confluent_kafka') "
+            "if m in sys.modules))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert loaded.stdout.strip() == "[]"
