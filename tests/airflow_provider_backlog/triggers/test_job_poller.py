@@ -120,12 +120,14 @@ def test_cancelled_triggers_leave_and_the_last_one_out_ends_the_poll(connected):
         await asyncio.gather(*waits, return_exceptions=True)
         assert not pollers()
         after_cancel = reads["events"]
-        await asyncio.sleep(5 * INTERVAL_S)
+        await asyncio.sleep(10 * INTERVAL_S)
         return after_cancel
 
     with checkpoint_reads() as reads:
         after_cancel = asyncio.run(scenario(reads))
-    assert reads["events"] == after_cancel, "reads went on after every trigger left"
+    # A read already in its thread as the last trigger left ends there (a thread cannot be
+    # cancelled); a poll that went on would have read about ten times more.
+    assert reads["events"] <= after_cancel + 1, "reads went on after every trigger left"
 
 
 def test_a_trigger_asking_for_more_checkpoints_gets_a_read_of_as_many(connected):
