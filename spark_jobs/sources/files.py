@@ -653,6 +653,3 @@ class LandingFiles(FileChild):
 
     def is_exhausted(self, position: Position) -> bool:
         return False
-
-
-FILE_CHILDREN: dict[str, type[FileChild]] = {c.kind: c for c in (BoundedFiles, LandingFiles)}
