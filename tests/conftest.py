@@ -1,14 +1,17 @@
 """Airflow reads its configuration when first imported: point it at a throwaway home, with
 SQLite and no example DAGs, before any test module imports it. The JVMs the tests start
-(Spark's drivers, a standalone cluster) live for seconds to minutes: the client compiler alone
-spends about 30% less CPU on them (docs/testing.md)."""
+(Spark's drivers, a standalone cluster) live for seconds to minutes: the client compiler and,
+for the tests marked ``spark``, a class-data archive cut the CPU they spend starting
+(``tests/support/jvm_archive.py``, docs/testing.md)."""
 
 import os
 import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from tests.support.jvm_archive import BASE_OPTIONS
 from tests.support.postgres import PostgresServer
 
 if "PYTEST_XDIST_WORKER" in os.environ or "AIRFLOW_HOME" not in os.environ:
@@ -16,7 +19,7 @@ if "PYTEST_XDIST_WORKER" in os.environ or "AIRFLOW_HOME" not in os.environ:
     # database for all of them would see their migrations race.
     os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="airflow-home-")
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
-os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1")
+os.environ.setdefault("JAVA_TOOL_OPTIONS", BASE_OPTIONS)
 
 
 @pytest.fixture(scope="session")
@@ -24,6 +27,24 @@ def postgres_server() -> Iterator[PostgresServer]:
     """A throwaway PostgreSQL server on loopback, shared by the session (skips without one)."""
     with PostgresServer() as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def jvm_archive() -> Path:
+    """The driver's class-data archive, made on first use, in every JVM started from here on
+    (unless the environment brought JAVA_TOOL_OPTIONS of its own)."""
+    from tests.support.jvm_archive import ensure_archive, java_options
+
+    path = ensure_archive()
+    if os.environ["JAVA_TOOL_OPTIONS"] == BASE_OPTIONS:
+        os.environ["JAVA_TOOL_OPTIONS"] = java_options(path)
+    return path
+
+
+@pytest.fixture(autouse=True)
+def _archive_for_spark_tests(request: pytest.FixtureRequest) -> None:
+    if request.node.get_closest_marker("spark"):
+        request.getfixturevalue("jvm_archive")
 
 
 @pytest.hookimpl(trylast=True)
