@@ -10,7 +10,7 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 
 @pytest.fixture(scope="session")
-def spark():
+def spark(jvm_archive):
     from pyspark.sql import SparkSession
 
     session = (

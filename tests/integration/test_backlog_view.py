@@ -162,7 +162,7 @@ def stop(server: subprocess.Popen) -> None:
 
 
 @pytest.fixture(scope="module")
-def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Airflow]:
+def deployment(tmp_path_factory: pytest.TempPathFactory, jvm_archive: Path) -> Iterator[Airflow]:
     """The job runs while Airflow migrates its database and starts."""
     root = tmp_path_factory.mktemp("backlog-view")
     dirs = JobDirs(root / "job")
