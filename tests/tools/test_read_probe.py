@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from tools import REPOSITORY
+from tests.tools.commands import assert_script_runs_module
 from tools.read_probe import (
     Measurement,
     data_batch,
@@ -127,12 +127,4 @@ def test_the_cpu_of_a_process_tree_counts_its_children():
 
 
 def test_the_command_runs_the_module_from_the_checkout():
-    """scripts/read-benchmark runs the module through scripts/tool (which sets up .venv
-    first, so it is not run here)."""
-    script = REPOSITORY / "scripts" / "read-benchmark"
-    assert script.is_file() and os.access(script, os.X_OK)
-    assert 'tool" read_probe "$@"' in script.read_text()
-    command = [sys.executable, "-m", "tools.read_probe", "--help"]
-    result = subprocess.run(command, cwd=REPOSITORY, capture_output=True, text=True)
-    assert result.returncode == 0
-    assert result.stdout.startswith("usage: scripts/read-benchmark")
+    assert_script_runs_module("read-benchmark", "read_probe", "scripts/read-benchmark")

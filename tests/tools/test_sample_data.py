@@ -1,5 +1,4 @@
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -12,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
+from tests.tools.commands import assert_script_runs_module
 from tools import sample_data
 from tools.broker import EmbeddedBroker
 from tools.data import EVENT_ARROW_SCHEMA
@@ -252,12 +252,4 @@ def test_a_broker_that_does_not_answer_is_named(tmp_path, monkeypatch, capsys):
 
 
 def test_the_command_runs_the_module_from_the_checkout():
-    """scripts/sample-data runs the module from the repository root (through scripts/tool,
-    which sets up .venv first, so it is not run here)."""
-    script = REPO / "scripts" / "sample-data"
-    assert script.is_file() and os.access(script, os.X_OK)
-    assert 'tool" sample_data "$@"' in script.read_text()
-    command = [sys.executable, "-m", "tools.sample_data", "--help"]
-    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
-    assert result.returncode == 0
-    assert result.stdout.startswith("usage: sample-data")
+    assert_script_runs_module("sample-data", "sample_data", "sample-data")
