@@ -45,7 +45,7 @@ from spark_jobs.sources.cdc.lsn import format_lsn, parse_lsn
 from spark_jobs.sources.cdc.messages import Begin, Commit, Truncate
 from spark_jobs.sources.cdc.pgoutput import decode
 from spark_jobs.sources.cdc.slot import SESSION_SETTINGS, ReplicationSlot, SlotError
-from spark_jobs.sources.cdc.table import Key, Row, TableShape, describe_table
+from spark_jobs.sources.cdc.table import CHANGE_FIELDS, Key, Row, TableShape, describe_table
 from spark_jobs.sources.storage import create_file, filesystem, resolve_uri
 
 
@@ -95,19 +95,23 @@ class Chunk:
 
 
 def merge(
-    rows: Iterable[Row],
+    image: pa.Table,
     changes: Iterable[Event],
     table: TableShape,
     keys: KeyRange,
     high_watermark: int,
     read: Visibility,
-) -> tuple[list[Row], int | None]:
-    """``rows`` (typed, as read) with the transactions the read did not see that end at or
-    before ``high_watermark`` applied in order, for keys in ``keys`` only; sorted by key.
-    Also the end of the last transaction among ``changes`` that ends by the high watermark
-    (None: none), the furthest position the image is as of. Changes are applied as they
-    stream by: a transaction is judged at its Begin, by where its commit starts."""
-    image = {table.key_of(row): row for row in rows}
+) -> tuple[pa.Table, int | None]:
+    """``image`` (the chunk's rows as read, in key order, as ``TableShape.typed_table`` gives
+    them) with the transactions the read did not see that end at or before
+    ``high_watermark`` applied in order, for keys in ``keys`` only; sorted by key. Also the
+    end of the last transaction among ``changes`` that ends by the high watermark (None:
+    none), the furthest position the image is as of. Changes are applied as they stream by:
+    a transaction is judged at its Begin, by where its commit starts.
+
+    The rows stay in Arrow: only the keys the changes touch are held as Python rows, and
+    the image is filtered and reordered once at the end."""
+    changed = _Changed(image, table)
     applying, as_of = False, None
     for event in changes:
         if isinstance(event, Begin):
@@ -119,31 +123,75 @@ def merge(
             continue
         elif isinstance(event, Truncate):
             if table.oid in event.relation_ids:
-                image.clear()
+                changed.truncate()
         elif event.relation.relation_id == table.oid:
-            _apply(image, event, table, keys)
-    return [image[key] for key in sorted(image)], as_of
+            changed.apply(event, keys)
+    return changed.image(), as_of
 
 
-def _apply(image: dict[Key, Row], change: RowChange, table: TableShape, keys: KeyRange) -> None:
-    """One row change on the image. An update that moves a row to a new key names the old
-    one: a delete and an insert. Keys outside the range are never in the image."""
-    old = None if change.old is None else table.key_of(table.typed_change(change.old))
-    if change.new is None:
-        image.pop(old, None)
-        return
-    new = table.typed_change(change.new)
-    key = table.key_of(new)
-    before = image.get(key) if old is None else image.pop(old, None)
-    if key in keys:
-        image[key] = table.whole_row(new, before)
+class _Changed:
+    """The rows the changes touched, by key (None: deleted), over the image as read."""
+
+    def __init__(self, image: pa.Table, table: TableShape):
+        self._read, self._table = image, table
+        self._keys = table.keys_of(image)
+        self._positions = {key: i for i, key in enumerate(self._keys)}
+        self._rows: dict[Key, Row | None] = {}
+        self._truncated = False
+
+    def truncate(self) -> None:
+        self._rows.clear()
+        self._truncated = True
+
+    def apply(self, change: RowChange, keys: KeyRange) -> None:
+        """One row change. An update that moves a row to a new key names the old one: a
+        delete and an insert. Keys outside the range are never in the image."""
+        table = self._table
+        old = None if change.old is None else table.key_of(table.typed_change(change.old))
+        if change.new is None:
+            self._rows[old] = None
+            return
+        new = table.typed_change(change.new)
+        key = table.key_of(new)
+        before = self._row(key if old is None else old)
+        if old is not None:
+            self._rows[old] = None
+        if key in keys:
+            self._rows[key] = table.whole_row(new, before)
+
+    def _row(self, key: Key) -> Row | None:
+        if key in self._rows:
+            return self._rows[key]
+        position = None if self._truncated else self._positions.get(key)
+        return None if position is None else self._table.row_at(self._read, position)
+
+    def image(self) -> pa.Table:
+        """The image as read, less the touched keys' rows, plus their rows now, in key order."""
+        if not self._rows and not self._truncated:
+            return self._read
+        kept = (
+            []
+            if self._truncated
+            else [i for i, key in enumerate(self._keys) if key not in self._rows]
+        )
+        now = sorted(
+            ((key, row) for key, row in self._rows.items() if row is not None),
+            key=lambda item: item[0],
+        )
+        rows = pa.table(self._table.arrow_columns([row for _, row in now]))
+        combined = pa.concat_tables([self._read.take(pa.array(kept, pa.int64())), rows])
+        keys = [self._keys[i] for i in kept] + [key for key, _ in now]
+        order = sorted(range(len(keys)), key=keys.__getitem__)
+        return combined.take(pa.array(order, pa.int64()))
 
 
-def write_chunk(path: str, table: TableShape, rows: list[Row], high_watermark: int) -> None:
+def write_chunk(path: str, table: TableShape, image: pa.Table, high_watermark: int) -> None:
     """Create the chunk's Arrow IPC file once (StateFileExists if it exists): the table's
     columns, ``_op`` 'snapshot', ``_lsn`` the high watermark, ``_commit_time`` null and
     ``_unchanged`` empty, as ``TableShape.arrow_table`` shapes the changelog's rows too."""
-    image = table.arrow_table(rows, [("snapshot", high_watermark, 0, None, [])] * len(rows))
+    mark = ("snapshot", high_watermark, 0, None, [])
+    for field, value in zip(CHANGE_FIELDS, mark, strict=True):
+        image = image.append_column(field, pa.array([value] * image.num_rows, field.type))
     sink = pa.BufferOutputStream()
     with pa.ipc.new_file(sink, image.schema) as writer:
         writer.write_table(image)
@@ -186,7 +234,7 @@ class ChunkReader:
         if chunk_rows < 1:
             raise ValueError(f"chunk_rows = {chunk_rows!r}: expected at least 1")
         after = None if after_key is None else self.table.typed_key(after_key)
-        low, read, rows = self._read(after, chunk_rows, pause)
+        low, read, image = self._read(after, chunk_rows, pause)
         pause("read")
         high = self._high_watermark()
         start = self._slot.confirmed_flush_lsn()
@@ -197,20 +245,22 @@ class ChunkReader:
                 "chunk's read missed are gone; take the snapshot before advancing the slot"
             )
         peeked = (decode(row.data) for row in self._slot.stream(upto_lsn=high))
-        last = self.table.key_of(rows[-1]) if len(rows) == chunk_rows else None
+        last = None
+        if image.num_rows == chunk_rows:
+            last = self.table.keys_of(image.slice(chunk_rows - 1))[0]
         merged, as_of = merge(
-            rows, events(peeked, RelationCache()), self.table, KeyRange(after, last), high, read
+            image, events(peeked, RelationCache()), self.table, KeyRange(after, last), high, read
         )
         write_chunk(path, self.table, merged, high)
         end = start if as_of is None else max(as_of, start)
-        return Chunk(after_key, self.table.json_key(last), len(merged), low, high, end, path)
+        return Chunk(after_key, self.table.json_key(last), merged.num_rows, low, high, end, path)
 
     def close(self) -> None:
         self._engine.dispose()
 
     def _read(
         self, after: Key | None, limit: int, pause: Callable[[str], None]
-    ) -> tuple[int, Visibility, list[Row]]:
+    ) -> tuple[int, Visibility, pa.Table]:
         """The low watermark, then in one transaction its snapshot and the chunk's rows."""
         with self._engine.connect() as connection:
             connection.execute(SESSION_SETTINGS)
@@ -222,7 +272,7 @@ class ChunkReader:
             connection.commit()
         return parse_lsn(low), Visibility.parse(snapshot), found
 
-    def _copy(self, connection: sqlalchemy.Connection, after: Key | None, limit: int) -> list[Row]:
+    def _copy(self, connection: sqlalchemy.Connection, after: Key | None, limit: int) -> pa.Table:
         """At most ``limit`` rows after the key ``after`` in key order, through ``COPY``: its
         text comes from each type's output function, as the changelog's does (a cast to
         text differs: ``true`` for 't', ``char(n)`` without its padding)."""
@@ -243,9 +293,9 @@ class ChunkReader:
             cursor.copy_expert(f"COPY ({bound}) TO STDOUT WITH (FORMAT csv)", buffer)
         finally:
             cursor.close()
-        if not buffer.getvalue():
-            return []
         names = [f"c{i}" for i in range(len(columns))]
+        if not buffer.getvalue():
+            return self.table.typed_table(pa.table({n: pa.array([], pa.string()) for n in names}))
         found = pa_csv.read_csv(
             io.BytesIO(buffer.getvalue()),
             read_options=pa_csv.ReadOptions(column_names=names),
@@ -257,8 +307,7 @@ class ChunkReader:
                 quoted_strings_can_be_null=False,
             ),
         )
-        texts = zip(*found.to_pydict().values(), strict=True)
-        return [self.table.typed_row(values) for values in texts]
+        return self.table.typed_table(found)
 
     def _high_watermark(self) -> int:
         with self._engine.begin() as connection:

@@ -46,6 +46,7 @@ from spark_jobs.sources.cdc.values import (
     READERS,
     Reader,
     date_text,
+    read_column,
     timestamp_text,
     timestamptz_text,
     unreadable,
@@ -234,6 +235,31 @@ class TableShape:
             row = dict(zip(self._readers, values, strict=True))
             raise (self._unreadable(row) or error) from None
 
+    def typed_table(self, texts: pa.Table) -> pa.Table:
+        """Rows of text (columns in the table's order, null for NULL) as the table's Arrow
+        columns, what ``typed_row`` reads, a column at a time; an unreadable value is an
+        error naming the column and the row's key, as ``typed_row`` names it."""
+        try:
+            arrays = [
+                read_column(texts.column(i).combine_chunks(), c.kind.oid, c.kind.arrow)
+                for i, c in enumerate(self.columns)
+            ]
+        except (ValueError, ArithmeticError):
+            for values in zip(*texts.to_pydict().values(), strict=True):
+                self.typed_row(values)
+            raise
+        return pa.table(arrays, names=[c.name for c in self.columns])
+
+    def keys_of(self, image: pa.Table) -> list[Key]:
+        """Each row's key, as ``key_of`` gives it, from the table's Arrow columns."""
+        columns = [_values(image.column(c.name), c, key=True) for c in self.key_columns]
+        return list(zip(*columns, strict=True))
+
+    def row_at(self, image: pa.Table, index: int) -> Row:
+        """Row ``index`` of the table's Arrow columns, as ``typed_row`` gives it."""
+        one = image.slice(index, 1)
+        return {c.name: _values(one.column(c.name), c, c.name in self.key)[0] for c in self.columns}
+
     def typed_change(self, row: Mapping[str, Value]) -> Row:
         """A decoded change's values by column name (all of them, or the key's), read as
         ``typed_row`` reads; None, ``UNCHANGED`` and bytes stay as they are."""
@@ -296,6 +322,18 @@ class TableShape:
         for field, column in zip(CHANGE_FIELDS, values, strict=True):
             arrays[field.name] = pa.array(column, field.type)
         return pa.table(arrays)
+
+
+def _values(array: pa.ChunkedArray, column: TableColumn, key: bool) -> list[Any]:
+    """Arrow values as the readers give them: dates and timestamps as their counts, a numeric
+    key as a ``NumericKey``."""
+    if pa.types.is_date32(array.type):
+        array = array.cast(pa.int32())
+    elif pa.types.is_timestamp(array.type):
+        array = array.cast(pa.int64())
+    values = array.to_pylist()
+    read_key = KEY_READERS.get(column.kind.oid) if key else None
+    return values if read_key is None else [read_key(v) for v in values]
 
 
 _RELATION = text(

@@ -134,6 +134,68 @@ READERS: Mapping[int, Reader] = {
 KEY_READERS: Mapping[int, Reader] = {1700: read_numeric_key}
 
 
+def read_column(texts: pa.Array, type_oid: int, arrow_type: pa.DataType) -> pa.Array:
+    """A column of the server's text (null for NULL) as ``arrow_type``: the values ``READERS``
+    give one by one, read a column at a time. Arrow's casts read the common values and the
+    readers only the rare ones (infinity, BC, years past 9999); text a cast refuses goes to
+    the reader, value by value, which raises ValueError for what it cannot read either."""
+    read = READERS.get(type_oid)
+    if read is None:
+        return texts
+    cast = _CASTS.get(type_oid)
+    if cast is not None:
+        try:
+            return cast(texts, arrow_type)
+        except pa.ArrowInvalid:
+            pass
+    return pa.array([None if v is None else read(v) for v in texts.to_pylist()], arrow_type)
+
+
+def _cast(texts: pa.Array, arrow_type: pa.DataType) -> pa.Array:
+    return texts.cast(arrow_type)
+
+
+def _cast_bool(texts: pa.Array, arrow_type: pa.DataType) -> pa.Array:
+    true = pc.or_(pc.equal(texts, "t"), pc.equal(texts, "true"))
+    false = pc.or_(pc.equal(texts, "f"), pc.equal(texts, "false"))
+    if pc.any(pc.invert(pc.or_(true, false))).as_py():
+        raise pa.ArrowInvalid("not a bool's text")
+    return true
+
+
+def _cast_counts(
+    texts: pa.Array, arrow_type: pa.DataType, counts: pa.DataType, placeholder: str, read: Reader
+) -> pa.Array:
+    """Dates or timestamps: ISO text of years 0001-9999 by Arrow's cast, the rest (infinity,
+    BC, five-digit years) by ``read`` into ``counts`` (days or microseconds)."""
+    iso = pc.and_(
+        pc.match_substring_regex(texts, r"^[0-9]{4}-"), pc.invert(pc.ends_with(texts, " BC"))
+    )
+    rare = pc.fill_null(pc.invert(iso), False)
+    values = pc.if_else(rare, placeholder, texts).cast(arrow_type).cast(counts)
+    if pc.any(rare).as_py():
+        spelled = [read(text) for text in texts.filter(rare).to_pylist()]
+        values = pc.replace_with_mask(values, rare, pa.array(spelled, counts))
+    return values.cast(arrow_type)
+
+
+_CASTS: Mapping[int, Callable[[pa.Array, pa.DataType], pa.Array]] = {
+    16: _cast_bool,
+    20: _cast,
+    21: _cast,
+    23: _cast,
+    700: _cast,
+    701: _cast,
+    1082: lambda texts, t: _cast_counts(texts, t, pa.int32(), "1970-01-01", read_date),
+    1114: lambda texts, t: _cast_counts(
+        texts, t, pa.int64(), "1970-01-01 00:00:00", read_timestamp
+    ),
+    1184: lambda texts, t: _cast_counts(
+        texts, t, pa.int64(), "1970-01-01 00:00:00+00", read_timestamptz
+    ),
+}
+
+
 def unreadable(
     table: str,
     key: Sequence[str],

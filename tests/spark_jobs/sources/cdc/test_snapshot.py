@@ -5,6 +5,7 @@ import threading
 import time
 from datetime import UTC, datetime
 
+import pyarrow as pa
 import pytest
 from sqlalchemy import text
 
@@ -49,9 +50,17 @@ def tx(*changes, xid: int = 100, end: int = 0x200) -> Transaction:
     return Transaction(xid, end, T, changes)
 
 
+def image_of(rows: list[dict], shape: TableShape = SHAPE) -> pa.Table:
+    return pa.table(shape.arrow_columns(rows))
+
+
+def rows_of(image: pa.Table, shape: TableShape = SHAPE) -> list[dict]:
+    return [shape.row_at(image, i) for i in range(image.num_rows)]
+
+
 def merged(*found: Transaction, keys: KeyRange = FIRST, high: int = 0x1000) -> list:
-    rows, _ = merge(ROWS, as_events(*found), SHAPE, keys, high, READ)
-    return [(r["id"], r["name"]) for r in rows]
+    image, _ = merge(image_of(ROWS), as_events(*found), SHAPE, keys, high, READ)
+    return [(r["id"], r["name"]) for r in rows_of(image)]
 
 
 def test_inserts_updates_and_deletes_inside_the_range_apply_in_key_order():
@@ -90,8 +99,10 @@ def test_a_transaction_across_two_chunks_changes_each_in_its_own_range():
         (99, [(11, "k"), (15, "o")]),
         (0x200, [(11, "k"), (12, "l"), (15, "O")]),
     ]:
-        image, _ = merge(second, as_events(both), SHAPE, KeyRange((10,), None), high, READ)
-        assert [(r["id"], r["name"]) for r in image] == expected
+        image, _ = merge(
+            image_of(second), as_events(both), SHAPE, KeyRange((10,), None), high, READ
+        )
+        assert [(r["id"], r["name"]) for r in rows_of(image)] == expected
 
 
 def test_only_transactions_the_read_missed_that_end_by_the_high_watermark_apply():
@@ -99,8 +110,10 @@ def test_only_transactions_the_read_missed_that_end_by_the_high_watermark_apply(
     late = tx(update(5, "late"), xid=101, end=0x1001)
     missed = tx(update(9, "missed"), xid=90)
     running = Visibility(100, frozenset({90}))
-    rows, as_of = merge(ROWS, as_events(missed, seen, late), SHAPE, FIRST, 0x1000, running)
-    assert [r["name"] for r in rows] == ["b", "e", "missed"]
+    image, as_of = merge(
+        image_of(ROWS), as_events(missed, seen, late), SHAPE, FIRST, 0x1000, running
+    )
+    assert image.column("name").to_pylist() == ["b", "e", "missed"]
     # Seen or applied, every transaction that ends by the high watermark is in the image.
     assert as_of == 0x200
 
@@ -137,8 +150,13 @@ def test_a_composite_key_range_compares_whole_keys():
         )
     )
     keys = KeyRange((1, "m"), (2, "c"))
-    image, _ = merge(rows, as_events(inserts), shape, keys, 0x1000, READ)
-    assert [(r["a"], r["b"]) for r in image] == [(1, "m"), (1, "z"), (2, "a"), (2, "c")]
+    image, _ = merge(image_of(rows, shape), as_events(inserts), shape, keys, 0x1000, READ)
+    assert [(r["a"], r["b"]) for r in rows_of(image, shape)] == [
+        (1, "m"),
+        (1, "z"),
+        (2, "a"),
+        (2, "c"),
+    ]
 
 
 @pytest.mark.parametrize(
