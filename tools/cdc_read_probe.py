@@ -1,17 +1,23 @@
-"""Snapshot read speed of the CDC source beside the server's own ``COPY`` into Arrow.
+"""The CDC snapshot's read and write speeds beside the servers' own ``COPY``.
 
 On a throwaway PostgreSQL server with logical decoding, a table of ``--rows`` accounts
-(``tools/cdc_data.py``) is read whole, in key-ordered chunks of ``--chunk-rows``, two ways
-that alternate within each of ``--repeats`` rounds:
+(``tools/cdc_data.py``) is read whole, in key-ordered chunks of ``--chunk-rows``, and the
+chunks written into a second server, as a warehouse would take them, each two ways that
+alternate within each of ``--repeats`` rounds:
 
 - ``copy``: ``COPY (SELECT ... ORDER BY id LIMIT n) TO STDOUT`` as CSV, parsed by
   ``pyarrow.csv`` into each column's Arrow type: the server and Arrow alone, the limit;
 - ``chunks``: ``ChunkReader.next_chunk``, as the source reads its backlog: the watermarks,
-  the read, the slot peeked for the changes made meanwhile, the merge, the chunk's file.
+  the read, the slot peeked for the changes made meanwhile, the merge, the chunk's file;
+- ``target_copy``: each chunk's rows as CSV through ``COPY`` into a plain table of the
+  second server: the limit of the write;
+- ``merge``: each chunk as one batch of ``MergeTarget.merge``, as the merge sink writes it:
+  staged through ``COPY``, applied, recorded, one transaction a batch.
 
 With ``--changes-per-s`` a writer changes the table meanwhile, so that chunks have changes
-to merge and the slot has WAL to peek. Reports rows/s per way (median over the rounds) and
-the ratio chunks/copy, with the load average; the last line is one JSON object.
+to merge and the slot has WAL to peek. Reports rows/s per way (median over the rounds), the
+ratios chunks/copy and merge/target_copy, and the load average; the last line is one JSON
+object.
 """
 
 from __future__ import annotations
@@ -30,12 +36,16 @@ import psycopg2
 import pyarrow as pa
 import pyarrow.csv as pa_csv
 
+from spark_jobs.jobs.merge.target import MergeTarget
+from spark_jobs.metrics.schema import make_engine
 from spark_jobs.sources.cdc.slot import ReplicationSlot
-from spark_jobs.sources.cdc.snapshot import ChunkReader
+from spark_jobs.sources.cdc.snapshot import ChunkReader, read_chunk
+from spark_jobs.sources.cdc.table import TableShape, describe_table
 from tools.cdc_data import ChangeWriter, create_accounts
 from tools.postgres import LOGICAL_DECODING, PostgresServer
 
 TABLE = "accounts"
+WAYS = ("copy", "chunks", "target_copy", "merge")
 #: The accounts table's columns as ``COPY`` writes them and Arrow reads them.
 COLUMN_TYPES = {
     "id": pa.int64(),
@@ -107,32 +117,78 @@ def read_chunks(url: str, chunk_rows: int, directory: Path) -> int:
         slot.drop()
 
 
-def timed(read: Callable[[], int]) -> float:
-    """Rows per second of one read."""
+def chunk_files(directory: Path) -> list[Path]:
+    return sorted(directory.glob("chunk-*.arrow"), key=lambda path: int(path.stem[6:]))
+
+
+def copy_into_target(url: str, table: str, shape: TableShape, directory: Path) -> int:
+    """Each chunk's own columns as CSV through ``COPY`` into a new plain table: rows written."""
+    rows = 0
+    connection = psycopg2.connect(url)
+    try:
+        with connection.cursor() as cursor:
+            columns = ", ".join(f"{c.sql} {c.type_name}" for c in shape.columns)
+            cursor.execute(f"CREATE TABLE {table} ({columns})")
+            for path in chunk_files(directory):
+                chunk = read_chunk(str(path)).select([c.name for c in shape.columns])
+                buffer = io.BytesIO()
+                pa_csv.write_csv(chunk, buffer, pa_csv.WriteOptions(include_header=False))
+                buffer.seek(0)
+                cursor.copy_expert(f"COPY {table} FROM STDIN WITH (FORMAT csv)", buffer)
+                connection.commit()
+                rows += chunk.num_rows
+    finally:
+        connection.close()
+    return rows
+
+
+def merge_into_target(url: str, table: str, shape: TableShape, directory: Path) -> int:
+    """Each chunk as one batch of the merge sink's target: rows merged."""
+    target = MergeTarget(url, table, shape, outage_timeout_s=30.0)
+    rows = 0
+    try:
+        for batch_id, path in enumerate(chunk_files(directory)):
+            chunk = read_chunk(str(path))
+            target.merge(chunk.to_batches, "probe", str(directory), batch_id, False)
+            rows += chunk.num_rows
+    finally:
+        target.close()
+    return rows
+
+
+def timed(way: Callable[..., int], *args: object) -> float:
+    """Rows per second of one way's run on ``args``."""
     started = time.perf_counter()
-    rows = read()
+    rows = way(*args)
     return rows / (time.perf_counter() - started)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    speeds: dict[str, list[float]] = {"copy": [], "chunks": []}
-    with PostgresServer(database="shop", settings=LOGICAL_DECODING) as server:
-        url = server.url
+    speeds: dict[str, list[float]] = {way: [] for way in WAYS}
+    source = PostgresServer(database="shop", settings=LOGICAL_DECODING)
+    with source, PostgresServer(database="warehouse") as warehouse:
+        url = source.url
         create_accounts(url, TABLE, args.rows)
+        engine = make_engine(url)
+        shape = describe_table(engine, TABLE)
+        engine.dispose()
         writer = None
         if args.changes_per_s:
             writer = ChangeWriter(url, TABLE, transactions_per_s=args.changes_per_s).start()
         try:
             for round_ in range(args.repeats):
                 with tempfile.TemporaryDirectory(prefix="cdc-read-probe-") as scratch:
-                    speeds["copy"].append(timed(lambda: copy_into_arrow(url, args.chunk_rows)))
-                    speeds["chunks"].append(
-                        timed(lambda: read_chunks(url, args.chunk_rows, Path(scratch)))
-                    )
+                    chunks = Path(scratch)
+                    speeds["copy"].append(timed(copy_into_arrow, url, args.chunk_rows))
+                    speeds["chunks"].append(timed(read_chunks, url, args.chunk_rows, chunks))
+                    target = (warehouse.url, f"copy_{round_}", shape, chunks)
+                    speeds["target_copy"].append(timed(copy_into_target, *target))
+                    target = (warehouse.url, f"merged_{round_}", shape, chunks)
+                    speeds["merge"].append(timed(merge_into_target, *target))
+                done = ", ".join(f"{way} {speeds[way][-1]:,.0f}" for way in WAYS)
                 print(
-                    f"round {round_ + 1}/{args.repeats}: copy {speeds['copy'][-1]:,.0f} rows/s, "
-                    f"chunks {speeds['chunks'][-1]:,.0f} rows/s "
+                    f"round {round_ + 1}/{args.repeats}, rows/s: {done} "
                     f"(load average {os.getloadavg()[0]:.1f})",
                     flush=True,
                 )
@@ -146,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         "changes_per_s": args.changes_per_s,
         "rows_per_s": {way: round(value) for way, value in medians.items()},
         "chunks_vs_copy": round(medians["chunks"] / medians["copy"], 3),
+        "merge_vs_target_copy": round(medians["merge"] / medians["target_copy"], 3),
         "load_average": round(os.getloadavg()[0], 2),
     }
     print(json.dumps(summary))
