@@ -4,7 +4,9 @@ SQLite and no example DAGs, before any test module imports it. The JVMs the test
 for the tests marked ``spark``, a class-data archive cut the CPU they spend starting
 (``tests/support/jvm_archive.py``, docs/testing.md)."""
 
+import atexit
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +20,7 @@ if "PYTEST_XDIST_WORKER" in os.environ or "AIRFLOW_HOME" not in os.environ:
     # A worker of a run side by side inherits the home its controller made: one SQLite
     # database for all of them would see their migrations race.
     os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="airflow-home-")
+    atexit.register(shutil.rmtree, os.environ["AIRFLOW_HOME"], ignore_errors=True)
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 os.environ.setdefault("JAVA_TOOL_OPTIONS", BASE_OPTIONS)
 
