@@ -31,6 +31,7 @@ from __future__ import annotations
 import io
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import pyarrow as pa
@@ -134,10 +135,17 @@ class _Changed:
 
     def __init__(self, image: pa.Table, table: TableShape):
         self._read, self._table = image, table
-        self._keys = table.keys_of(image)
-        self._positions = {key: i for i, key in enumerate(self._keys)}
         self._rows: dict[Key, Row | None] = {}
         self._truncated = False
+
+    @cached_property
+    def _keys(self) -> list[Key]:
+        """The image's keys, in its order; read only once a change touches the chunk."""
+        return self._table.keys_of(self._read)
+
+    @cached_property
+    def _positions(self) -> dict[Key, int]:
+        return {key: i for i, key in enumerate(self._keys)}
 
     def truncate(self) -> None:
         self._rows.clear()
