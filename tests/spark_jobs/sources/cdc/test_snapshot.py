@@ -15,6 +15,7 @@ from spark_jobs.sources.cdc.pgoutput import decode
 from spark_jobs.sources.cdc.slot import ReplicationSlot, SlotError
 from spark_jobs.sources.cdc.snapshot import ChunkReader, KeyRange, Visibility, merge, read_chunk
 from spark_jobs.sources.cdc.table import TableColumn, TableShape
+from spark_jobs.sources.cdc.values import postgres_text
 from spark_jobs.sources.storage import StateFileExists
 from tests.spark_jobs.sources.cdc.conftest import Transaction, as_events, transactions
 
@@ -448,3 +449,59 @@ def test_a_chunk_reads_each_value_as_its_output_function_writes_it(
         {"id": 2, "a note": "", "code": None, "ok": False},
         {"id": 3, "a note": 'line\nbreak "quoted", comma', "code": "abcd", "ok": None},
     ]
+
+
+def test_a_chunk_of_every_kind_of_value_keeps_the_values_the_changes_left_unchanged():
+    """A numeric key (ordered as numbers, not as text), names with spaces and quotes, and
+    values Python's datetime cannot hold: an update that leaves them unchanged takes them
+    from the Arrow image exactly; new keys fall into numeric order."""
+    columns = (
+        TableColumn("amount id", '"amount id"', 1700, "numeric"),
+        TableColumn('due "day"', '"due ""day"""', 1082, "date"),
+        TableColumn("seen at", '"seen at"', 1184, "timestamp with time zone"),
+        TableColumn("raw", "raw", 17, "bytea"),
+        TableColumn("ratio", "ratio", 700, "real"),
+    )
+    shape = TableShape(13, "public.ledger", columns, ("amount id",))
+    ledger = Relation(
+        13, "public", "ledger", "d", tuple(Column(i == 0, c.name, c.type_oid, -1)
+                                           for i, c in enumerate(columns))
+    )  # fmt: skip
+    texts = pa.table(
+        {
+            "amount id": ["9.5", "10", "100"],
+            "due": ["infinity", "0044-03-15 BC", None],
+            "seen": ["12024-01-02 03:04:05.000001+00", "-infinity", "2026-11-27 00:00:00+00"],
+            "raw": ["\\x00ff", "\\x", None],
+            "ratio": ["NaN", "-0", "3.4028235e+38"],
+        }
+    )
+    image = shape.typed_table(texts)
+    names = [c.name for c in columns]
+    seen = texts["seen"].to_pylist()
+
+    def update(key: str) -> RowChange:
+        return RowChange("update", ledger, dict(zip(names, [key, *[UNCHANGED] * 4], strict=True)))
+
+    def insert(key: str) -> RowChange:
+        values = [key, "2024-02-29", None, None, "1"]
+        return RowChange("insert", ledger, dict(zip(names, values, strict=True)))
+
+    merged, _ = merge(
+        image, as_events(tx(update("10"), insert("11"), insert("9.75"))), shape,
+        KeyRange(None, None), 0x1000, READ,
+    )  # fmt: skip
+    expected = shape.typed_table(
+        pa.table(
+            {
+                "amount id": ["9.5", "9.75", "10", "11", "100"],
+                "due": ["infinity", "2024-02-29", "0044-03-15 BC", "2024-02-29", None],
+                "seen": [seen[0], None, "-infinity", None, seen[2]],
+                "raw": ["\\x00ff", None, "\\x", None, None],
+                "ratio": ["NaN", "1", "-0", "1", "3.4028235e+38"],
+            }
+        )
+    )
+    for column in columns:
+        written = postgres_text(merged.column(column.name), column.kind.oid).to_pylist()
+        assert written == postgres_text(expected.column(column.name), column.kind.oid).to_pylist()
