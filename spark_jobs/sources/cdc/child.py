@@ -3,11 +3,15 @@
 A position is in one of two phases. In the ``snapshot`` phase it counts the primary-key
 chunks copied so far and the last key copied; planning reads the next chunks
 (``snapshot.py``), merged with the changes made meanwhile, and writes each once under the
-state location, so a replayed batch reads the same rows from the same files. Once the last
-chunk is copied the next batch starts the ``changelog`` phase at the slot's position from
-before the first chunk (the ``lsn`` every position carries), and drops the changes each
-chunk's image already holds (``coverage.py``). Each changelog position is a commit's end,
-and Spark's commit of a batch advances the slot to it; nothing moves the slot before.
+state location, so a replayed batch reads the same rows from the same files. The changelog
+runs beside the snapshot from the slot's position before the first chunk: each batch also
+carries the changes since the last one (up to the ``lsn`` every position carries, a commit's
+end), without those each chunk's image holds or will hold (``coverage.py``). Spark's commit
+of a batch advances the slot to its ``lsn``, in either phase, and nothing else moves it. So
+the slot stays about a batch behind while the snapshot runs: the server keeps only that
+much WAL, and each chunk decodes only the changes since (a snapshot of an hour costs its
+last chunk what it costs its first). Once the last chunk is copied the next batch starts
+the ``changelog`` phase at the position's ``lsn``.
 
 The snapshot is backlog, and so is the changelog until it has passed the last chunk's high
 watermark (``backlog_at``): only from there does the copy equal the table as of one position,
@@ -59,7 +63,7 @@ from spark_jobs.sources.cdc.slot import (
     is_outage,
 )
 from spark_jobs.sources.cdc.snapshot import Chunk, ChunkReader, read_chunk
-from spark_jobs.sources.cdc.table import TableError, TableShape, describe_table
+from spark_jobs.sources.cdc.table import Key, TableError, TableShape, describe_table
 from spark_jobs.sources.children import (
     ChildSource,
     ChildSpecError,
@@ -197,7 +201,8 @@ class PostgresCdcChild(ChildSource):
         self.chunks = StateDirectory(f"{state.location}/chunks")
         self._slot: ReplicationSlot | None = None
         self._reader: ChunkReader | None = None
-        self._coverage: SnapshotCoverage | None = None
+        #: (last key, high watermark) of the chunks whose records were read, in order.
+        self._covered: list[tuple[Key | None, int]] = []
         self._start: Position | None = None
         #: Chunk files before this one are removed (only listed again after a restart).
         self._chunks_removed = 0
@@ -313,7 +318,8 @@ class PostgresCdcChild(ChildSource):
         copy holds each chunk as of its own moment, not the table as of one."""
         if position["phase"] == SNAPSHOT:
             return True
-        return parse_lsn(position["lsn"]) < self.coverage(position["chunks"]).until
+        until = self.coverage(position["chunks"]).until
+        return until is None or parse_lsn(position["lsn"]) < until
 
     def is_exhausted(self, position: Position) -> bool:
         return False
@@ -359,7 +365,13 @@ class PostgresCdcChild(ChildSource):
         return Planned(start, self._last_lag, health=self._last_health)
 
     def _plan_chunks(self, start: Position, limits: Limits) -> Planned:
-        """Copy the next chunks: as many as ``max_rows`` holds (at least one), all without."""
+        """The changes since ``start`` (up to ``max_rows``), then the next chunks: as many as
+        ``max_rows`` holds (at least one), all without. The changes are planned first, so
+        every one ends before the chunks' low watermarks: the chunks' images hold those of
+        their own keys, and the changes' partition leaves them out."""
+        lsn = Changelog(self.replication_slot, self.shape).plan(
+            parse_lsn(start["lsn"]), limits.max_rows
+        )
         wanted = None if limits.max_rows is None else max(1, limits.max_rows // self.chunk_rows)
         index, after, rows = start["chunks"], start["after"], 0
         done = False
@@ -367,7 +379,7 @@ class PostgresCdcChild(ChildSource):
             chunk = self._copy_chunk(index, after)
             index, after, rows = index + 1, chunk.last_key, rows + chunk.rows
             done = chunk.last_key is None
-        end = {**start, "chunks": index, "after": after}
+        end = {**start, "lsn": format_lsn(lsn), "chunks": index, "after": after}
         if done:
             end["done"] = True
             logger.info(
@@ -433,54 +445,53 @@ class PostgresCdcChild(ChildSource):
 
     def commit(self, position: Position) -> None:
         """Spark will not read before ``position`` again: copied chunks' files may go, and
-        in the changelog the slot moves to it. With the server away, the slot stays behind
-        until a later commit: behind is safe, ahead would lose changes."""
+        the slot moves to its ``lsn``. With the server away, the slot stays behind until a
+        later commit: behind is safe, ahead would lose changes."""
         if position["chunks"] > self._chunks_removed:
             for name in self.chunks.names(".arrow"):
                 if int(name.split(".")[0]) < position["chunks"]:
                     self.chunks.remove(name)
             self._chunks_removed = position["chunks"]
-        if position["phase"] == CHANGELOG:
-            try:
-                Changelog(self.replication_slot, self.shape).commit(parse_lsn(position["lsn"]))
-            except sqlalchemy.exc.DBAPIError as error:
-                if not is_outage(error):
-                    raise
-                self.close()
-                logger.warning(
-                    "child source %r: the slot stays behind %s until a later commit: the "
-                    "server is away (%s)",
-                    self.name, position["lsn"], str(error.orig).strip(),
-                )  # fmt: skip
+        try:
+            Changelog(self.replication_slot, self.shape).commit(parse_lsn(position["lsn"]))
+        except sqlalchemy.exc.DBAPIError as error:
+            if not is_outage(error):
+                raise
+            self.close()
+            logger.warning(
+                "child source %r: the slot stays behind %s until a later commit: the "
+                "server is away (%s)",
+                self.name, position["lsn"], str(error.orig).strip(),
+            )  # fmt: skip
 
     # --- reading -----------------------------------------------------------------------
 
     def partitions(self, start: Position, end: Position) -> list[ReadablePartition]:
+        """The changes in (start, end] of the keys the images do not hold, then, in the
+        snapshot, the chunks copied for ``end``."""
+        found: list[ReadablePartition] = []
+        start_lsn, end_lsn = parse_lsn(start["lsn"]), parse_lsn(end["lsn"])
+        if end_lsn != start_lsn:
+            coverage = self.coverage(end["chunks"])
+            overlaps = coverage.until is None or start_lsn < coverage.until
+            found.append(
+                ChangelogPartition(self, start_lsn, end_lsn, coverage if overlaps else None)
+            )
         if end["phase"] == SNAPSHOT:
-            return [
+            found.extend(
                 SnapshotChunkPartition(f"{self.chunks.location}/{_chunk_file(i, 'arrow')}")
                 for i in range(start["chunks"], end["chunks"])
-            ]
-        # A snapshot position's lsn is where its changelog starts.
-        start_lsn, end_lsn = parse_lsn(start["lsn"]), parse_lsn(end["lsn"])
-        if end_lsn == start_lsn:
-            return []
-        coverage = self.coverage(end["chunks"])
-        overlaps = start_lsn < coverage.until
-        return [ChangelogPartition(self, start_lsn, end_lsn, coverage if overlaps else None)]
+            )
+        return found
 
     def coverage(self, chunks: int) -> SnapshotCoverage:
-        """The key ranges and high watermarks of the ``chunks`` chunks copied."""
-        if self._coverage is None:
-            found = [self.chunks.read(_chunk_file(i, "json")) for i in range(chunks)]
-            self._coverage = SnapshotCoverage.of(
-                [
-                    (None if c["last"] is None else self.shape.typed_key(c["last"]),
-                     parse_lsn(c["highWatermark"]))
-                    for c in found
-                ]
-            )  # fmt: skip
-        return self._coverage
+        """The key ranges and high watermarks of the first ``chunks`` chunks copied (each
+        chunk's record read once)."""
+        for index in range(len(self._covered), chunks):
+            record = self.chunks.read(_chunk_file(index, "json"))
+            last = None if record["last"] is None else self.shape.typed_key(record["last"])
+            self._covered.append((last, parse_lsn(record["highWatermark"])))
+        return SnapshotCoverage.of(self._covered[:chunks])
 
 
 def teardown(url: str, slot: str, publication: str, table: str) -> bool:

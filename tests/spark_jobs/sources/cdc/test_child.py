@@ -122,14 +122,42 @@ def test_changes_a_chunk_holds_are_not_emitted_again(make_reader, database, fill
     reader = make_reader()
     start = reader.initialOffset()
     first = reader.latestOffset(start, ReadMaxRows(CHUNK_ROWS))
-    # Key 1's chunk is copied, key 24's is not: only key 1's update is a change to emit.
+    # Key 1's chunk is copied, key 24's is not: only key 1's update is a change to emit,
+    # in the next batch, beside the chunks it copies; key 24's is in its chunk's image.
     write(database, f"UPDATE {filled} SET name = 'x' WHERE id IN (1, 24)")
     rest = reader.latestOffset(first, ReadAllAvailable())
     switch = reader.latestOffset(rest, ReadAllAvailable())
 
     assert rest["position"]["done"]
-    assert [r["name"] for r in read(reader, first, rest) if r["id"] == 24] == ["x"]
-    assert ops(read(reader, rest, switch)) == [("update", 1, "x")]
+    batch = read(reader, first, rest)
+    assert [r for r in ops(batch) if r[1] in (1, 24)] == [("update", 1, "x"), ("snapshot", 24, "x")]
+    assert sorted(r["id"] for r in batch if r["_op"] == "snapshot") == list(range(11, 26))
+    assert read(reader, rest, switch) == []
+
+
+def test_the_slot_follows_the_snapshot_so_a_chunk_decodes_only_the_changes_since_the_last_batch(
+    make_reader, database, filled
+):
+    reader = make_reader()
+    start = reader.initialOffset()
+    first = reader.latestOffset(start, ReadMaxRows(CHUNK_ROWS))
+    write(database, f"UPDATE {filled} SET name = 'x' WHERE id = 1")
+    second = reader.latestOffset(first, ReadMaxRows(CHUNK_ROWS))
+    assert ops(read(reader, first, second))[0] == ("update", 1, "x")
+    reader.commit(first)
+    reader.commit(second)
+    moved = slot_of(reader).confirmed_flush_lsn()
+    write(database, f"UPDATE {filled} SET name = 'y' WHERE id IN (2, 12, 22)")
+    third = reader.latestOffset(second, ReadMaxRows(CHUNK_ROWS))
+
+    assert second["position"]["phase"] == "snapshot" and second["position"]["chunks"] == 2
+    assert format_lsn(moved) == second["position"]["lsn"] > start["position"]["lsn"]
+    batch = read(reader, second, third)
+    assert ops(batch)[:2] == [("update", 2, "y"), ("update", 12, "y")]
+    assert [r for r in ops(batch) if r[1] == 22] == [("snapshot", 22, "y")]
+    # A peek from the moved slot holds only what was written since: the third batch's
+    # update and the high watermarks of the chunks after it.
+    assert all(row.lsn > moved for row in slot_of(reader).peek())
 
 
 def test_changes_follow_in_commit_order_and_a_limit_leaves_lag(make_reader, database, filled):
@@ -201,8 +229,11 @@ def test_committed_chunk_files_go_and_a_chunk_no_offset_recorded_is_copied_again
 
     restarted = make_reader()
     again = restarted.latestOffset(restarted.initialOffset(), ReadMaxRows(CHUNK_ROWS))
-    assert again["position"]["lsn"] == start["position"]["lsn"]
-    assert [r["name"] for r in read(restarted, start, again) if r["id"] == 2] == ["late"]
+    assert again["position"]["chunks"] == 1
+    # Once, from the new copy's image: the update ended before its high watermark.
+    assert [(r["_op"], r["name"]) for r in read(restarted, start, again) if r["id"] == 2] == [
+        ("snapshot", "late")
+    ]
     restarted.commit(again)
     assert sorted(p.name for p in chunks.iterdir()) == ["00000000.json"]
 
@@ -324,13 +355,16 @@ def test_the_changelog_stays_backlog_until_it_passes_the_last_chunks_high_waterm
     """Before that point the copy holds each chunk as of its own moment: "live" must mean
     the copy equals the table as of one position, which a DAG can wait for."""
     reader = make_reader()
-    first = reader.latestOffset(reader.initialOffset(), ReadMaxRows(CHUNK_ROWS))
-    write(database, f"UPDATE {filled} SET name = 'during' WHERE id = 1")
-    write(database, f"UPDATE {filled} SET name = 'during' WHERE id = 2")
-    done = reader.latestOffset(first, ReadAllAvailable())
+    first = reader.latestOffset(reader.initialOffset(), ReadMaxRows(2 * CHUNK_ROWS))
+    for key in (1, 2, 3):
+        write(database, f"UPDATE {filled} SET name = 'during' WHERE id = {key}")
+    # One change fits beside the last chunk; the two after it are the changelog's.
+    done = reader.latestOffset(first, ReadMaxRows(1))
+    assert done["position"]["done"] and done["backlog"]
+    assert ops(read(reader, first, done))[0] == ("update", 1, "during")
     catching_up = reader.latestOffset(done, ReadMaxRows(1))
     assert catching_up["position"]["phase"] == "changelog" and catching_up["backlog"]
-    assert ops(read(reader, done, catching_up)) == [("update", 1, "during")]
+    assert ops(read(reader, done, catching_up)) == [("update", 2, "during")]
     caught_up = reader.latestOffset(catching_up, ReadAllAvailable())
     assert not caught_up["backlog"]
     until = reader.children[0].coverage(caught_up["position"]["chunks"]).until

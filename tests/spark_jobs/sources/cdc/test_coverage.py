@@ -35,12 +35,27 @@ def test_a_single_chunk_covers_every_key():
     assert SnapshotCoverage.of([(None, 7)]).high_watermark((42,)) == 7
 
 
+def test_while_the_snapshot_runs_a_key_not_copied_yet_has_every_change_left_to_its_chunk():
+    """Its chunk, read later, holds what any change before it did: none is emitted."""
+    copying = SnapshotCoverage.of([((10,), 100), ((20,), 300)])
+    assert not copying.complete and copying.until is None
+    assert copying.high_watermark((21,)) is None
+    assert copying.has((21,), 10**9)
+    assert not copying.has((15,), 300) and copying.has((15,), 299)
+    nothing = SnapshotCoverage.of([])
+    assert nothing.has((1,), 10**9) and nothing.until is None
+
+
+def test_the_final_chunk_completes_the_coverage():
+    assert COVERAGE.complete
+    assert not COVERAGE.has((10**9,), 200)
+
+
 @pytest.mark.parametrize(
     ("chunks", "message"),
     [
-        ([], "every chunk but the final one"),
-        ([((1,), 5)], "every chunk but the final one"),
         ([(None, 5), (None, 6)], "every chunk but the final one"),
+        ([(None, 5), ((1,), 6)], "every chunk but the final one"),
         ([((2,), 5), ((1,), 6), (None, 7)], "ascending"),
     ],
 )
