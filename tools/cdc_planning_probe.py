@@ -13,8 +13,8 @@ Two sources read one table side by side for ``--minutes``, a batch of one chunk 
   previous release's slot stayed.
 
 Prints each round's planning time of both, then their medians in the first and the last
-minute, the WAL after each slot and kept for it at the end, and the load average; writes a PNG chart of
-planning time against minutes into the snapshot. The last line is one JSON object.
+minute, the WAL after each slot and kept for it at the end, and the load average; writes a
+PNG chart of planning time against minutes into the snapshot. The last line is one JSON object.
 """
 
 from __future__ import annotations

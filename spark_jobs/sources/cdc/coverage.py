@@ -5,9 +5,10 @@ runs beside the snapshot from where it started. A change of a key is therefore e
 when its transaction ends after the high watermark of the chunk whose range holds the key
 (Flink CDC's ``shouldEmit``): the changes up to that point are in the image, the ones after
 it are not. A key no chunk has copied yet has no change emitted at all: its chunk, read
-later, holds every change made before it. A transaction ends at or before a high watermark exactly when
-its commit record starts before it (records do not overlap), so the changelog can judge a
-change by its transaction's commit LSN, which comes before the change, not after. Once the
+later, holds every change made before it. A transaction ends at or before a high
+watermark exactly when its commit record starts before it (records do not overlap), so the
+changelog can judge a change by its transaction's commit LSN, which comes before the
+change, not after. Once the
 changelog has passed the last chunk's high watermark, every chunk's image is behind it and
 nothing needs filtering.
 
