@@ -8,9 +8,8 @@ it are not. A key no chunk has copied yet has no change emitted at all: its chun
 later, holds every change made before it. A transaction ends at or before a high
 watermark exactly when its commit record starts before it (records do not overlap), so the
 changelog can judge a change by its transaction's commit LSN, which comes before the
-change, not after. Once the
-changelog has passed the last chunk's high watermark, every chunk's image is behind it and
-nothing needs filtering.
+change, not after. Once the changelog has passed the last chunk's high watermark, every
+chunk's image is behind it and nothing needs filtering.
 
 Chunks are consecutive key ranges: chunk ``i`` holds the keys after chunk ``i - 1``'s last
 key up to its own last key; the final chunk has no last key and holds every key after. While
