@@ -102,7 +102,8 @@ class Changelog:
             )
         if end_lsn == start_lsn:
             return
-        pieces, current = Pieces(PIECE_ROWS), OpenTransaction(self.table, PIECE_ROWS)
+        pieces = Pieces(self.table, PIECE_ROWS)
+        current = OpenTransaction(self.table, PIECE_ROWS)
         last_end, begin = None, None
         peeked = (decode(row.data) for row in self._slot.stream(upto_lsn=end_lsn))
         for event in events(peeked, RelationCache()):
@@ -112,8 +113,7 @@ class Changelog:
             elif isinstance(event, Commit):
                 if begin is not None:
                     last_end = event.end_lsn
-                    for rows in current.close(event.end_lsn):
-                        yield from pieces.add(rows)
+                    yield from current.close(event.end_lsn, pieces)
             elif begin is not None:
                 for op, row, unchanged in self._rows(begin, event):
                     key = self.table.key_of(row)

@@ -29,6 +29,8 @@ from spark_jobs.sources.cdc.messages import (
     Value,
 )
 
+#: The kinds of a column's value in a row: NULL, a TOASTed value left unchanged, text, binary.
+_NULL, _UNCHANGED, _TEXT, _BINARY = b"nutb"
 #: Timestamps count microseconds from this instant.
 POSTGRES_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 
@@ -78,29 +80,39 @@ class _Reader:
         return POSTGRES_EPOCH + timedelta(microseconds=self.take("q")[0])
 
     def tuple_data(self) -> tuple[Value, ...]:
+        """A row's values, in one loop over the bytes: every row change is read here."""
         (count,) = self.take("h")
-        return tuple(self._value() for _ in range(count))
+        data, size, at = self._data, len(self._data), self._at
+        values: list[Value] = []
+        for _ in range(count):
+            self._at = at
+            if at >= size:
+                raise self.fail("ends before its fields 'c'")
+            kind, at = data[at], at + 1
+            if kind == _NULL:
+                values.append(None)
+                continue
+            if kind == _UNCHANGED:
+                values.append(UNCHANGED)
+                continue
+            self._at = at
+            if kind != _TEXT and kind != _BINARY:
+                raise self.fail(f"column kind {bytes([kind])!r}; expected b'n', b'u', b't' or b'b'")
+            if at + 4 > size:
+                raise self.fail("ends before its fields 'i'")
+            length, at = int.from_bytes(data[at : at + 4], "big", signed=True), at + 4
+            end = at + length
+            self._at = at
+            if length < 0 or end > size:
+                raise self.fail(f"a column of {length} bytes past the message's end")
+            values.append(self._text(end) if kind == _TEXT else data[at:end])
+            at = end
+        self._at = at
+        return tuple(values)
 
     def end(self) -> None:
         if self._at != len(self._data):
             raise self.fail(f"{len(self._data) - self._at} bytes left over")
-
-    def _value(self) -> Value:
-        kind = self.byte()
-        if kind == b"n":
-            return None
-        if kind == b"u":
-            return UNCHANGED
-        if kind not in (b"t", b"b"):
-            raise self.fail(f"column kind {kind!r}; expected b'n', b'u', b't' or b'b'")
-        (length,) = self.take("i")
-        end = self._at + length
-        if length < 0 or end > len(self._data):
-            raise self.fail(f"a column of {length} bytes past the message's end")
-        if kind == b"t":
-            return self._text(end)
-        value, self._at = self._data[self._at : end], end
-        return value
 
     def _text(self, end: int) -> str:
         """The bytes up to ``end`` as text; the next field starts at ``end``."""

@@ -40,9 +40,9 @@ class OpenTransaction:
         if len(self._rows) >= self._memory_rows:
             self._spill()
 
-    def close(self, end_lsn: int) -> Iterator[pa.Table]:
-        """The transaction's rows with ``_lsn`` = ``end_lsn``, in pieces; then start afresh
-        for the next transaction."""
+    def close(self, end_lsn: int, pieces: Pieces) -> Iterator[pa.RecordBatch]:
+        """Hand the transaction's rows to ``pieces`` with ``_lsn`` = ``end_lsn`` (the pieces
+        they fill come out); then start afresh for the next transaction."""
         spilled, self._spilled = self._spilled, None
         if spilled is not None:
             assert self._writer is not None
@@ -51,11 +51,12 @@ class OpenTransaction:
             spilled.seek(0)
             try:
                 for batch in pa.ipc.open_stream(spilled):
-                    yield _with_lsn(pa.Table.from_batches([batch]), end_lsn)
+                    yield from pieces.add(_with_lsn(pa.Table.from_batches([batch]), end_lsn))
             finally:
                 spilled.close()
         if self._rows:
-            yield _with_lsn(self._table.arrow_table(self._rows, self._marks), end_lsn)
+            marks = [(op, end_lsn, place, at, left) for op, _, place, at, left in self._marks]
+            yield from pieces.add_rows(self._rows, marks)
         self._rows, self._marks, self._place = [], [], 0
 
     def _spill(self) -> None:
@@ -69,24 +70,43 @@ class OpenTransaction:
 
 
 class Pieces:
-    """Committed rows gathered into record batches of ``rows`` (the last one smaller)."""
+    """Committed rows gathered into record batches of ``rows`` (the last one smaller).
+    Rows of small transactions wait as Python values and become Arrow a piece at a time."""
 
-    def __init__(self, rows: int):
-        self._size = rows
+    def __init__(self, table: TableShape, rows: int):
+        self._table, self._size = table, rows
         self._waiting: list[pa.Table] = []
+        self._rows: list[Row] = []
+        self._marks: list[ChangeMark] = []
         self._count = 0
 
+    def add_rows(self, rows: list[Row], marks: list[ChangeMark]) -> Iterator[pa.RecordBatch]:
+        self._rows.extend(rows)
+        self._marks.extend(marks)
+        yield from self._counted(len(rows))
+
     def add(self, table: pa.Table) -> Iterator[pa.RecordBatch]:
+        self._to_arrow()
         self._waiting.append(table)
-        self._count += table.num_rows
-        if self._count >= self._size:
-            yield from self.rest()
+        yield from self._counted(table.num_rows)
 
     def rest(self) -> Iterator[pa.RecordBatch]:
+        self._to_arrow()
         if self._count:
             whole = pa.concat_tables(self._waiting).combine_chunks()
             yield from whole.to_batches(max_chunksize=self._size)
         self._waiting, self._count = [], 0
+
+    def _counted(self, rows: int) -> Iterator[pa.RecordBatch]:
+        self._count += rows
+        if self._count >= self._size:
+            yield from self.rest()
+
+    def _to_arrow(self) -> None:
+        """The rows waiting as Python values, as one table after the tables waiting."""
+        if self._rows:
+            self._waiting.append(self._table.arrow_table(self._rows, self._marks))
+            self._rows, self._marks = [], []
 
 
 def _with_lsn(table: pa.Table, end_lsn: int) -> pa.Table:
