@@ -260,8 +260,10 @@ def run_cdc(
     """The three configurations one after another, each on a fresh table of the same rows with
     the same writer; each copy is checked against its table (a copy that differs fails)."""
     # Rows are changed rows here: four intervals' worth of the writer's (about one a
-    # transaction, two for a move or a pair), which rounds up to one chunk in the snapshot.
-    live_rows = 4 * round(1.2 * args.cdc_changes_per_s * args.interval)
+    # transaction, two for a move or a pair, and an update's rows, four in ten transactions
+    # being updates), which rounds up to one chunk in the snapshot.
+    per_transaction = 1.2 + 0.4 * (args.cdc_rows_per_update - 1)
+    live_rows = 4 * round(per_transaction * args.cdc_changes_per_s * args.interval)
     results, timelines, marks = [], [], []
     for setup in setups(
         args.interval, args.interval_during_backlog, live_rows, args.max_batch_rows
@@ -281,7 +283,9 @@ def run_cdc(
             [*setup.args, "--shuffle-partitions", str(args.shuffle_partitions)],
         )
         keep_going = for_seconds_after(caught_up, window_s + 2)
-        checkpoints = run.execute(args.cdc_rows, args.cdc_changes_per_s, CDC_SEED, keep_going)
+        checkpoints = run.execute(
+            args.cdc_rows, args.cdc_changes_per_s, CDC_SEED, keep_going, args.cdc_rows_per_update
+        )
         exactness = run.verify()
         say(f"[{name}] copy of {run.table}: {exactness.verdict()}")
         if not exactness.exact:
@@ -320,6 +324,12 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         default=50.0,
         help="transactions a second of the CDC table's writer",
+    )
+    parser.add_argument(
+        "--cdc-rows-per-update",
+        type=count_argument,
+        default=1,
+        help="rows each of the writer's updates changes (1; four transactions in ten update)",
     )
     parser.add_argument(
         "--shuffle-partitions",
@@ -369,9 +379,11 @@ def main(argv: list[str] | None = None) -> int:
             backlog = (
                 f"{args.cdc_rows:,}-row table's snapshot then its changelog at "
                 f"{args.cdc_changes_per_s:g} transactions/s"
+                + (f", {args.cdc_rows_per_update} rows an update" * (args.cdc_rows_per_update > 1))
             )
             summary["cdc_rows"] = args.cdc_rows
             summary["cdc_changes_per_s"] = args.cdc_changes_per_s
+            summary["cdc_rows_per_update"] = args.cdc_rows_per_update
             try:
                 with cdc_server() as server, target_server() as target:
                     results, timelines, marks = run_cdc(args, workspace, server.url, target.url)

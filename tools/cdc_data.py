@@ -156,7 +156,9 @@ class ChangeWriter:
 
     ``with ChangeWriter(url, "accounts", transactions_per_s=50) as writer: ...`` or
     ``start()`` ... ``stop()``. Each transaction is one of ``KINDS``, drawn by a
-    ``random.Random(seed)`` with ``weights``; ``counts`` says how many of each committed.
+    ``random.Random(seed)`` with ``weights``; ``counts`` says how many of each committed,
+    ``rows_changed`` how many rows they wrote. An update changes ``rows_per_update``
+    consecutive rows in one statement, so a high rate of changes costs few transactions.
     Rows to change are looked up when changed, so rows deleted meanwhile by anyone are
     skipped; with no row left, the change becomes an insert. New ids come from the table's
     ``fresh_ids`` sequence (created, from the largest id, if the table has none).
@@ -183,9 +185,12 @@ class ChangeWriter:
         seed: int = 0,
         weights: Mapping[str, float] = DEFAULT_WEIGHTS,
         max_transactions: int | None = None,
+        rows_per_update: int = 1,
     ):
         if not transactions_per_s > 0:
             raise ValueError(f"transactions_per_s must be above 0, not {transactions_per_s}")
+        if rows_per_update < 1:
+            raise ValueError(f"rows_per_update must be at least 1, not {rows_per_update}")
         unknown = set(weights) - set(KINDS)
         if unknown:
             raise ValueError(f"unknown kinds of change {sorted(unknown)}; use {KINDS}")
@@ -193,6 +198,7 @@ class ChangeWriter:
         self.table = _identifier(table)
         self.transactions_per_s = transactions_per_s
         self.max_transactions = max_transactions
+        self.rows_per_update = rows_per_update
         self._kinds = [kind for kind in KINDS if weights.get(kind, 0) > 0]
         self._weights = [weights[kind] for kind in self._kinds]
         if not self._kinds:
@@ -200,6 +206,9 @@ class ChangeWriter:
         self._random = random.Random(seed)
         self._lock = threading.Lock()
         self._counts = dict.fromkeys(KINDS, 0)
+        self._rows_changed = 0
+        #: Rows the open transaction wrote so far.
+        self._written = 0
         self._failures = 0
         self._stop = threading.Event()
         self._engine: sqlalchemy.Engine | None = None
@@ -222,6 +231,12 @@ class ChangeWriter:
     def transactions(self) -> int:
         with self._lock:
             return sum(self._counts.values())
+
+    @property
+    def rows_changed(self) -> int:
+        """Rows written by the committed transactions (a moved row counts once)."""
+        with self._lock:
+            return self._rows_changed
 
     @property
     def failures(self) -> int:
@@ -308,6 +323,7 @@ class ChangeWriter:
             due = max(due + interval, time.monotonic() - _MAX_LAG_S)
             kind = self._random.choices(self._kinds, self._weights)[0]
             try:
+                self._written = 0
                 with self._engine.begin() as connection:
                     kind = self._change(connection, kind)
             except OperationalError as failure:
@@ -318,6 +334,7 @@ class ChangeWriter:
                 continue
             with self._lock:
                 self._counts[kind] += 1
+                self._rows_changed += self._written
 
     def _change(self, connection: sqlalchemy.Connection, kind: str) -> str:
         """Make one change of ``kind`` in the open transaction; return the kind made."""
@@ -343,7 +360,7 @@ class ChangeWriter:
             self._insert(connection)
             return INSERT
         if kind == UPDATE:
-            self._update(connection, row)
+            self._update(connection, row, self.rows_per_update)
         elif kind == DELETE:
             self._write(connection, f"DELETE FROM {self.table} WHERE id = :id", id=row)
         else:
@@ -376,15 +393,20 @@ class ChangeWriter:
                     return int(found)
         return None
 
-    def _update(self, connection: sqlalchemy.Connection, row: int) -> None:
+    def _update(self, connection: sqlalchemy.Connection, row: int, rows: int = 1) -> None:
+        """Row ``row`` and the ``rows - 1`` after it in key order, locked first."""
         delta = self._random.choice((-1, 1)) * self._random.randint(1, 1000)
-        self._write(
-            connection,
-            f"UPDATE {self.table} SET version = version + 1, balance = balance + :delta, "
-            "updated_at = now() WHERE id = :id",
-            id=row,
-            delta=delta,
-        )
+        change = "SET version = version + 1, balance = balance + :delta, updated_at = now()"
+        if rows == 1:
+            self._write(
+                connection, f"UPDATE {self.table} {change} WHERE id = :id", id=row, delta=delta
+            )
+            return
+        locked = f"SELECT id FROM {self.table} WHERE id >= :id ORDER BY id LIMIT :rows FOR UPDATE"
+        self._written += connection.execute(
+            text(f"UPDATE {self.table} {change} WHERE id IN ({locked})"),
+            {"id": row, "rows": rows, "delta": delta},
+        ).rowcount
 
     def _insert(self, connection: sqlalchemy.Connection) -> None:
         new = self._fresh_id(connection)
@@ -395,6 +417,7 @@ class ChangeWriter:
             ),
             {"id": new, "balance": self._random.randint(0, 99_999), "note": f"account {new}"},
         )
+        self._written += 1
 
     def _fresh_id(self, connection: sqlalchemy.Connection) -> int:
         new = int(
@@ -403,9 +426,9 @@ class ChangeWriter:
         self._high = max(self._high, new)
         return new
 
-    @staticmethod
-    def _write(connection: sqlalchemy.Connection, statement: str, **values: object) -> None:
+    def _write(self, connection: sqlalchemy.Connection, statement: str, **values: object) -> None:
         """Run a write to a row this transaction locked; it must change exactly that row."""
         changed = connection.execute(text(statement), values).rowcount
         if changed != 1:
             raise RuntimeError(f"{statement!r} with {values} changed {changed} rows, not 1")
+        self._written += 1

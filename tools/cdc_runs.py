@@ -193,10 +193,12 @@ class CdcRun:
         changes_per_s: float,
         seed: int,
         keep_going: Callable[[list[Checkpoint]], bool],
+        rows_per_update: int = 1,
     ) -> list[Checkpoint]:
-        """Create the table, start the writer, run the job until ``keep_going`` says enough;
-        then stop the writer and let the job stop once it has read all and is idle. Returns
-        the checkpoints with the live batches' freshness."""
+        """Create the table, start the writer (``rows_per_update`` rows in each of its
+        updates), run the job until ``keep_going`` says enough; then stop the writer and let
+        the job stop once it has read all and is idle. Returns the checkpoints with the live
+        batches' freshness."""
         shutil.rmtree(self.root, ignore_errors=True)
         self.root.mkdir(parents=True)
         started = time.monotonic()
@@ -205,7 +207,11 @@ class CdcRun:
             f"[{self.name}] table {self.table}: {rows:,} rows in {time.monotonic() - started:.1f} s"
         )
         self.writer = ChangeWriter(
-            self.url, self.table, transactions_per_s=changes_per_s, seed=seed
+            self.url,
+            self.table,
+            transactions_per_s=changes_per_s,
+            seed=seed,
+            rows_per_update=rows_per_update,
         )
         log_path = self.root / "job.log"
         say(
@@ -213,9 +219,15 @@ class CdcRun:
             f"starting the job (Spark log: {log_path})"
         )
         feed = WriterFeed(self.writer.start())
+        writing_since = time.monotonic()
         follow(self.name, self.command(), log_path, self.checkpoints, feed, keep_going)
         self.writer.stop()  # raises what ended it early, if anything
-        say(f"[{self.name}] the writer committed {self.writer.counts}")
+        writer_s = time.monotonic() - writing_since
+        say(
+            f"[{self.name}] the writer committed {self.writer.counts}: "
+            f"{self.writer.rows_changed:,} rows changed, "
+            f"{self.writer.rows_changed / writer_s:,.0f} a second"
+        )
         return self.freshness(self.checkpoints())
 
     def freshness(self, checkpoints: Sequence[Checkpoint]) -> list[Checkpoint]:

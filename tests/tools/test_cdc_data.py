@@ -177,6 +177,31 @@ def test_versions_grow_by_one_per_write_and_each_transaction_is_one_change(serve
     assert {key: row.version for key, row in final.items()} == versions
 
 
+def test_an_update_of_many_rows_is_one_transaction_of_neighbouring_keys(server, table, changes):
+    with ChangeWriter(
+        server.url,
+        table,
+        transactions_per_s=float("inf"),
+        seed=3,
+        max_transactions=60,
+        rows_per_update=7,
+    ) as writer:
+        assert writer.join(timeout_s=30)
+    transactions = changes()
+    updates = [t for t in transactions if len(t) == 7]
+    assert len(updates) == writer.counts[UPDATE] > 0
+    for transaction in updates:
+        keys = sorted(int(_ID.search(line)[1]) for line in transaction)
+        # The next keys in order; a few may have been deleted or moved away before.
+        assert len(set(keys)) == 7 and keys[-1] - keys[0] < 20, transaction
+    assert writer.rows_changed == sum(len(t) for t in transactions)
+    versions = dict.fromkeys(range(1, 1_001), 1)
+    for line in itertools.chain.from_iterable(transactions):
+        _apply(versions, line)
+    final = table_rows(server.url, table)
+    assert {key: row.version for key, row in final.items()} == versions
+
+
 def _kind(transaction: list[str]) -> str:
     if len(transaction) == 2:
         assert all(": UPDATE: id[" in line for line in transaction), transaction
@@ -319,3 +344,5 @@ def test_weights_and_rates_are_checked(server, table):
         ChangeWriter(server.url, table, weights={INSERT: 0})
     with pytest.raises(ValueError, match="above 0"):
         ChangeWriter(server.url, table, transactions_per_s=0)
+    with pytest.raises(ValueError, match="rows_per_update must be at least 1, not 0"):
+        ChangeWriter(server.url, table, rows_per_update=0)
