@@ -180,8 +180,8 @@ def ratios(results: list[Result]) -> dict[str, object]:
     return found
 
 
-def verdict(live: str, found: Mapping[str, object]) -> str:
-    """The ratios in a sentence, for those that were measured."""
+def verdict(live: str, found: Mapping[str, object]) -> str | None:
+    """The ratios in a sentence, for those that were measured (None: none was)."""
     parts = []
     if "drain_speedup_vs_static_short" in found:
         speedup = found["drain_speedup_vs_static_short"]
@@ -200,7 +200,7 @@ def verdict(live: str, found: Mapping[str, object]) -> str:
         )
     if "freshness_p50_gain_vs_static_long" in found:
         parts.append(f"{found['freshness_p50_gain_vs_static_long']:.1f}x better than static long's")
-    return f"{live}: backlog-aware " + "; ".join(parts) + "."
+    return f"{live}: backlog-aware " + "; ".join(parts) + "." if parts else None
 
 
 def run_all(
@@ -411,8 +411,8 @@ def main(argv: list[str] | None = None) -> int:
             marks,
         )
         lines += ["", *table(live, results), ""]
-        lines.append(verdict(live, found))
-        lines.append(f"chart: {chart}")
+        sentence = verdict(live, found)
+        lines += [f"chart: {chart}"] if sentence is None else [sentence, f"chart: {chart}"]
     for line in lines:
         say(line)
     say(json.dumps(_rounded(summary)))

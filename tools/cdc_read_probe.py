@@ -9,8 +9,8 @@ alternate within each of ``--repeats`` rounds:
   ``pyarrow.csv`` into each column's Arrow type: the server and Arrow alone, the limit;
 - ``chunks``: ``ChunkReader.next_chunk``, as the source reads its backlog: the watermarks,
   the read, the slot peeked for the changes made meanwhile, the merge, the chunk's file;
-- ``target_copy``: each chunk's rows as CSV through ``COPY`` into a plain table of the
-  second server: the limit of the write;
+- ``target_copy``: each chunk's rows as CSV through ``COPY`` into a table of the second
+  server with the same primary key: the limit of the write;
 - ``merge``: each chunk as one batch of ``MergeTarget.merge``, as the merge sink writes it:
   staged through ``COPY``, applied, recorded, one transaction a batch.
 
@@ -122,13 +122,15 @@ def chunk_files(directory: Path) -> list[Path]:
 
 
 def copy_into_target(url: str, table: str, shape: TableShape, directory: Path) -> int:
-    """Each chunk's own columns as CSV through ``COPY`` into a new plain table: rows written."""
+    """Each chunk's own columns as CSV through ``COPY`` into a new table with the source's
+    primary key, as the merge sink's target has: rows written."""
     rows = 0
     connection = psycopg2.connect(url)
     try:
         with connection.cursor() as cursor:
             columns = ", ".join(f"{c.sql} {c.type_name}" for c in shape.columns)
-            cursor.execute(f"CREATE TABLE {table} ({columns})")
+            key = ", ".join(c.sql for c in shape.key_columns)
+            cursor.execute(f"CREATE TABLE {table} ({columns}, PRIMARY KEY ({key}))")
             for path in chunk_files(directory):
                 chunk = read_chunk(str(path)).select([c.name for c in shape.columns])
                 buffer = io.BytesIO()

@@ -40,6 +40,11 @@ def test_a_subset_gives_the_ratios_of_the_pairs_that_ran():
     )
 
 
+def test_a_run_of_one_configuration_has_no_ratios_to_tell():
+    found = ratios([result("backlog-aware", 7.5, 0.9)])
+    assert verdict("postgres-cdc", found) is None
+
+
 def test_a_slower_drain_is_not_called_faster():
     found = ratios([result("static-short", 200.0, 1.0), result("backlog-aware", 250.0, 1.0)])
     assert verdict("postgres-cdc", found) == (
