@@ -4,7 +4,8 @@ Positions are ``{"<topic>": {"<partition>": next_offset}}``, like Spark's own Ka
 so replaying a batch from its two positions reads exactly the same records. Planning (in
 Spark's planner process) asks the brokers for each partition's earliest and latest
 offsets; executors read the offset ranges as Arrow record batches, in tasks of up to
-``rowsPerPartition`` records that may span several partitions, one client per task.
+``rowsPerPartition`` records that may span several partitions, one client per task with
+every range of the task assigned at once and a short fetch wait (a read is bounded).
 
 Records that were deleted by retention before they were read, or an offset beyond the
 end of its partition, fail the batch with the topic, partition and offsets named: a
@@ -83,6 +84,9 @@ MAX_OUTAGE_TIMEOUT_S = 7 * 86_400.0
 READ_TIMEOUT_S = 60.0
 POLL_TIMEOUT_S = 1.0
 RECORDS_PER_ARROW_BATCH = 10_000
+#: How long a broker holds a read's fetch waiting for more records (librdkafka's default
+#: is 500 ms): a task waits that out each time one of its partitions reaches its end.
+READ_FETCH_WAIT_MS = 10
 
 
 OFFSET_ERRORS = (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE)
@@ -111,6 +115,15 @@ def _client_config(bootstrap_servers: str, properties: Mapping[str, str]) -> dic
         "enable.auto.offset.store": False,
         "auto.offset.reset": "error",
         "enable.partition.eof": False,
+    }
+
+
+def _read_config(bootstrap_servers: str, properties: Mapping[str, str]) -> dict[str, Any]:
+    """An executor's client: as ``_client_config``, and unless the properties say otherwise
+    a short fetch wait, since a read is bounded and records past its ranges only delay it."""
+    return {
+        "fetch.wait.max.ms": READ_FETCH_WAIT_MS,
+        **_client_config(bootstrap_servers, properties),
     }
 
 
@@ -558,23 +571,14 @@ class KafkaRangePartition(ReadablePartition):
         return f"topic {self.topic!r} partition {self.partition} offsets {self.start}..{self.stop}"
 
     def read(self, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-        consumer = Consumer(_client_config(self.bootstrap_servers, self.properties))
-        try:
-            yield from self.read_with(consumer, schema)
-        finally:
-            consumer.close()
+        yield from KafkaRangesPartition([self]).read(schema)
 
-    def read_with(self, consumer: Consumer, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-        """Read with ``consumer``, which this range assigns to itself alone."""
-        bad: list[BadInput] | None = None if self.quarantine is None else []
-        for records in self._records(consumer):
-            yield from _to_arrow(records, schema, self.value_format, bad).to_batches()
-        if self.quarantine is not None and bad:
-            # Before the task ends, so before the batch commits and its rows are counted.
-            key = range_key(self.topic, self.partition, self.start, self.stop)
-            self.quarantine.set_aside(key, bad)
+    def to_arrow(
+        self, records: list[Any], schema: pa.Schema, bad: list[BadInput] | None
+    ) -> pa.Table:
+        return _to_arrow(records, schema, self.value_format, bad)
 
-    def _low_watermark(self, consumer: Consumer) -> int:
+    def low_watermark(self, consumer: Consumer) -> int:
         """The partition's earliest offset, waiting out brokers that do not answer."""
         outage = Outage(self.outage_timeout_s)
         while True:
@@ -587,60 +591,10 @@ class KafkaRangePartition(ReadablePartition):
                     raise
                 time.sleep(POLL_TIMEOUT_S)
 
-    def _records(self, consumer: Consumer) -> Iterator[list[Any]]:
-        partition = TopicPartition(self.topic, self.partition)
-        # Brokers that stay away fail the read here, named, once the outage timeout passed.
-        # Whether records are gone is the fetch's to say (see _explain).
-        self._low_watermark(consumer)
-        consumer.assign([TopicPartition(self.topic, self.partition, self.start)])
-        next_offset = self.start
-        # Records the planner saw may take a broker outage to arrive.
-        patience_s = max(READ_TIMEOUT_S, self.outage_timeout_s)
-        deadline = time.monotonic() + patience_s
-        while next_offset < self.stop:
-            # consume() waits until it has as many records as asked or its timeout passes,
-            # so ask for no more than the range holds.
-            count = min(self.stop - next_offset, RECORDS_PER_ARROW_BATCH)
-            messages = consumer.consume(count, timeout=POLL_TIMEOUT_S)
-            if not messages:
-                (position,) = consumer.position([partition])
-                if position.offset >= self.stop:
-                    return  # the rest were gaps (compaction, transaction markers)
-                if time.monotonic() > deadline:
-                    raise KafkaReadError(
-                        f"{self.describe()}: no records after offset {next_offset} within "
-                        f"{format_duration(patience_s)} although the brokers reported them "
-                        "at planning"
-                    )
-                continue
-            wanted = []
-            reached_stop = False
-            for message in messages:
-                error = message.error()
-                if error is not None:
-                    if error.fatal() or error.code() in OFFSET_ERRORS:
-                        raise KafkaReadError(self._explain(error, next_offset, consumer))
-                    # The client recovers from the rest (a broker restarting, a moved
-                    # leader) on its own; the read timeout bounds how long that may take.
-                    logger.warning("%s: %s; retrying", self.describe(), error.str())
-                    continue
-                if (message.topic(), message.partition()) != (self.topic, self.partition):
-                    continue  # fetched for a range this client read before
-                if message.offset() >= self.stop:
-                    reached_stop = True
-                    break
-                wanted.append(message)
-                next_offset = message.offset() + 1
-            if wanted:
-                deadline = time.monotonic() + patience_s
-                yield wanted
-            if reached_stop:
-                return  # only a record at or past the stop ends the range early
-
     def _explain(self, error: KafkaError, offset: int, consumer: Consumer) -> str:
         """The fetch's error, which alone decides that records are gone: a partition's
         earliest offset, asked apart while requests fail, has come back as its latest."""
-        if error.code() in OFFSET_ERRORS and (low := self._low_watermark(consumer)) > offset:
+        if error.code() in OFFSET_ERRORS and (low := self.low_watermark(consumer)) > offset:
             return (
                 f"{self.describe()}: offsets {offset}..{low - 1} were deleted (retention) "
                 f"after planning and before reading; the earliest available is {low}"
@@ -654,7 +608,9 @@ class KafkaRangePartition(ReadablePartition):
 
 
 class KafkaRangesPartition(ReadablePartition):
-    """One task's offset ranges, read in order with one client."""
+    """One task's offset ranges (one per topic partition), read together by one client:
+    assigned at once, so the broker serves them in the same fetches, and a range that ends
+    does not hold the others up."""
 
     def __init__(self, pieces: Sequence[KafkaRangePartition]):
         self.pieces = list(pieces)
@@ -664,12 +620,134 @@ class KafkaRangesPartition(ReadablePartition):
 
     def read(self, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
         first = self.pieces[0]
-        consumer = Consumer(_client_config(first.bootstrap_servers, first.properties))
+        consumer = Consumer(_read_config(first.bootstrap_servers, first.properties))
         try:
-            for piece in self.pieces:
-                yield from piece.read_with(consumer, schema)
+            yield from _RangesRead(consumer, self.pieces, schema).batches()
         finally:
             consumer.close()
+
+
+class _RangeProgress:
+    """How far one range is read, and its records of the last ``consume`` call."""
+
+    def __init__(self, piece: KafkaRangePartition):
+        self.piece, self.next_offset = piece, piece.start
+        self.records: list[Any] = []
+        self.bad: list[BadInput] | None = None if piece.quarantine is None else []
+
+    @property
+    def partition(self) -> TopicPartition:
+        return TopicPartition(self.piece.topic, self.piece.partition)
+
+
+class _RangesRead:
+    """The records of a task's ranges, each range's in offset order and whole: a range ends
+    at its stop, or at a record past it, or when the client's position passes its stop
+    (gaps: compaction, transaction markers); records never arrive past ``READ_TIMEOUT_S`` (or
+    the outage timeout) fail it by name, and brokers that stay away fail it naming the
+    partition once the outage timeout has passed."""
+
+    def __init__(
+        self, consumer: Consumer, pieces: Sequence[KafkaRangePartition], schema: pa.Schema
+    ):
+        self._consumer, self._schema = consumer, schema
+        self._open = {(p.topic, p.partition): _RangeProgress(p) for p in pieces if p.start < p.stop}
+        self._patience_s = max([READ_TIMEOUT_S, *(p.outage_timeout_s for p in pieces)])
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        if not self._open:
+            return
+        self._consumer.assign(
+            [
+                TopicPartition(topic, partition, r.piece.start)
+                for (topic, partition), r in self._open.items()
+            ]
+        )
+        deadline = time.monotonic() + self._patience_s
+        while self._open:
+            # consume() waits until it has as many records as asked or its timeout passes,
+            # so ask for no more than the ranges hold.
+            left = sum(r.piece.stop - r.next_offset for r in self._open.values())
+            messages = self._consumer.consume(
+                min(left, RECORDS_PER_ARROW_BATCH), timeout=POLL_TIMEOUT_S
+            )
+            if self._take(messages):
+                deadline = time.monotonic() + self._patience_s
+            else:
+                self._stalled(deadline)
+            for key, progress in list(self._open.items()):
+                yield from self._hand_over(progress)
+                if progress.next_offset >= progress.piece.stop:
+                    self._close(key, progress)
+
+    def _take(self, messages: list[Any]) -> bool:
+        """File each record under its range; True if any range got records."""
+        took = False
+        for message in messages:
+            error = message.error()
+            if error is not None:
+                if error.fatal() or error.code() in OFFSET_ERRORS:
+                    progress = self._open.get(
+                        (message.topic(), message.partition()), next(iter(self._open.values()))
+                    )
+                    raise KafkaReadError(
+                        progress.piece._explain(error, progress.next_offset, self._consumer)
+                    )
+                # The client recovers from the rest (a broker restarting, a moved leader) on
+                # its own; the read timeout bounds how long that may take.
+                logger.warning("%s: %s; retrying", self._describe(), error.str())
+                continue
+            progress = self._open.get((message.topic(), message.partition()))
+            if progress is None or progress.next_offset >= progress.piece.stop:
+                continue  # fetched before its range ended, or for a range read before
+            if message.offset() >= progress.piece.stop:
+                progress.next_offset = progress.piece.stop  # only a record past it ends it early
+                continue
+            progress.records.append(message)
+            progress.next_offset = message.offset() + 1
+            took = True
+        return took
+
+    def _stalled(self, deadline: float) -> None:
+        """No record for an open range: ranges whose rest were gaps end; brokers that stay
+        away fail the read by partition; records that never come fail it by offset."""
+        for progress in self._open.values():
+            (position,) = self._consumer.position([progress.partition])
+            if position.offset >= progress.piece.stop:
+                progress.next_offset = progress.piece.stop
+        waiting = [p for p in self._open.values() if p.next_offset < p.piece.stop]
+        if not waiting:
+            return
+        first = waiting[0]
+        first.piece.low_watermark(self._consumer)
+        if time.monotonic() > deadline:
+            raise KafkaReadError(
+                f"{first.piece.describe()}: no records after offset {first.next_offset} within "
+                f"{format_duration(self._patience_s)} although the brokers reported them at "
+                "planning"
+            )
+
+    def _hand_over(self, progress: _RangeProgress) -> Iterator[pa.RecordBatch]:
+        if progress.records:
+            yield from progress.piece.to_arrow(
+                progress.records, self._schema, progress.bad
+            ).to_batches()
+            progress.records = []
+
+    def _close(self, key: tuple[str, int], progress: _RangeProgress) -> None:
+        """A range read whole: no more fetches for it, and its bad records set aside (before
+        the task ends, so before the batch commits and its rows are counted)."""
+        del self._open[key]
+        if self._open:
+            self._consumer.pause([progress.partition])
+        piece = progress.piece
+        if piece.quarantine is not None and progress.bad:
+            piece.quarantine.set_aside(
+                range_key(piece.topic, piece.partition, piece.start, piece.stop), progress.bad
+            )
+
+    def _describe(self) -> str:
+        return "; ".join(p.piece.describe() for p in self._open.values())
 
 
 def _to_arrow(

@@ -9,6 +9,7 @@ import threading
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import ClassVar
 
 import pyarrow as pa
 import pytest
@@ -522,6 +523,61 @@ def test_one_task_reads_a_thin_spread_over_many_partitions_with_one_client(broke
     (task,) = child.partitions(start, end)
     assert len(task.pieces) == EVENT_PARTITIONS
     assert pa.Table.from_batches(list(task.read(JSON_SCHEMA))) == read_table(child, start, end)
+
+
+class _CountingConsumer:
+    """A real consumer that counts the calls a read makes of it."""
+
+    made: ClassVar[list["_CountingConsumer"]] = []
+
+    def __init__(self, config: dict):
+        self.config, self.assigned, self.watermark_calls = config, [], 0
+        self._consumer = Consumer(config)
+        _CountingConsumer.made.append(self)
+
+    def assign(self, partitions: list) -> None:
+        self.assigned.append(sorted((p.partition, p.offset) for p in partitions))
+        self._consumer.assign(partitions)
+
+    def get_watermark_offsets(self, *args, **kwargs):
+        self.watermark_calls += 1
+        return self._consumer.get_watermark_offsets(*args, **kwargs)
+
+    def __getattr__(self, name: str):
+        return getattr(self._consumer, name)
+
+
+def test_a_task_assigns_its_ranges_together_and_asks_no_offsets_when_they_arrive(
+    broker, monkeypatch
+):
+    """One fetch serves every range, and no request for a partition's earliest offset
+    queues behind it: that is only needed to explain records that are gone."""
+    monkeypatch.setattr(kafka, "Consumer", _CountingConsumer)
+    monkeypatch.setattr(_CountingConsumer, "made", [])
+    for partition in range(EVENT_PARTITIONS):
+        produce_events(broker, partition, 100 * partition, 5)
+    pieces = [
+        KafkaRangePartition(broker, {}, EVENTS, p, 1, 4 + (p == 2), "json", 0.0)
+        for p in range(EVENT_PARTITIONS)
+    ]
+    table = pa.Table.from_batches(list(kafka.KafkaRangesPartition(pieces).read(JSON_SCHEMA)))
+
+    rows = sorted(
+        zip(table["kafka_partition"].to_pylist(), table["event_id"].to_pylist(), strict=True)
+    )
+    assert rows == sorted(
+        (p, 100 * p + i) for p in range(EVENT_PARTITIONS) for i in range(1, 4 + (p == 2))
+    )
+    (consumer,) = _CountingConsumer.made
+    assert consumer.assigned == [[(p, 1) for p in range(EVENT_PARTITIONS)]]
+    assert consumer.watermark_calls == 0
+    assert consumer.config["fetch.wait.max.ms"] == kafka.READ_FETCH_WAIT_MS
+
+
+def test_a_fetch_wait_in_the_properties_is_kept_for_reads():
+    config = kafka._read_config("localhost:9092", {"fetch.wait.max.ms": "200"})
+    assert config["fetch.wait.max.ms"] == "200"
+    assert config["auto.offset.reset"] == "error"
 
 
 def test_partitions_and_children_survive_pickling(waiting, make_child):
