@@ -35,6 +35,7 @@ from spark_jobs.sources.cdc.child import change_schema, describe, teardown
 from spark_jobs.sources.hybrid import HybridStreamReader
 from tools.cdc_data import ChangeWriter, create_accounts
 from tools.postgres import LOGICAL_DECODING, PostgresServer
+from tools.report import save_chart
 
 TABLE = "accounts"
 WAYS = ("follows", "stays")
@@ -131,11 +132,7 @@ def plot(snapshots: dict[str, Snapshot], changes_per_s: float, path: Path) -> Pa
     axis.set_ylabel("planning time of a chunk (s)")
     axis.set_title(f"A snapshot chunk's planning time, {changes_per_s:g} transactions/s written")
     axis.legend(fontsize="small", loc="upper left")
-    figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
+    return save_chart(figure, path)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

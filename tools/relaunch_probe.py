@@ -39,7 +39,14 @@ from spark_jobs.backlog.values import duration_argument, format_duration
 from spark_jobs.jobs.startup import JavaMissing
 from spark_jobs.metrics.schema import backlog_checkpoints, make_engine
 from tools.data import LiveProducer
-from tools.report import Checkpoint, caught_up, freshness_s, load, weighted_percentile
+from tools.report import (
+    Checkpoint,
+    caught_up,
+    freshness_s,
+    load,
+    save_chart,
+    weighted_percentile,
+)
 from tools.runs import add_workspace_arguments, prepare_workspace, say
 from tools.verify import Inputs, all_input, committed_output, compare
 
@@ -258,11 +265,7 @@ def plot_freshness(
     axis.set_ylabel("live freshness (s)")
     axis.set_title("Live freshness around a relaunch")
     axis.legend(fontsize="small")
-    figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
+    return save_chart(figure, path)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

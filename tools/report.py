@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -310,9 +311,16 @@ def plot_timeline(
         axis.legend(handles=legend, loc="upper right", fontsize="small")
     axes[-1, 0].set_xlabel("seconds since the first batch started (grey lines: checkpoints)")
     figure.suptitle(title)
+    return save_chart(figure, path)
+
+
+def save_chart(figure: Any, path: Path, dpi: int = 110) -> Path:
+    """``figure`` laid out and written to ``path`` as a PNG, then closed."""
+    import matplotlib.pyplot as plt
+
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
+    figure.savefig(path, dpi=dpi)
     plt.close(figure)
     return path
 

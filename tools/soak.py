@@ -42,7 +42,7 @@ from spark_jobs.metrics.schema import (
     backlog_transitions,
     make_engine,
 )
-from tools.report import Checkpoint
+from tools.report import Checkpoint, save_chart
 from tools.runs import Run, add_workspace_arguments, prepare_workspace, say
 
 MIB = 1024 * 1024
@@ -408,11 +408,7 @@ def plot(samples: Sequence[dict[str, float]], verdicts: Sequence[Verdict], path:
         axis.tick_params(labelsize="x-small")
     for axis in axes[-1]:
         axis.set_xlabel("minutes (shaded: the half judged)", fontsize="small")
-    figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=90)
-    plt.close(figure)
-    return path
+    return save_chart(figure, path, dpi=90)
 
 
 def summary(
