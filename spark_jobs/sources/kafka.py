@@ -83,6 +83,9 @@ MAX_OUTAGE_TIMEOUT_S = 7 * 86_400.0
 #: How long a read waits for records the planner saw before it fails.
 READ_TIMEOUT_S = 60.0
 POLL_TIMEOUT_S = 1.0
+#: How long one ``consume`` of a read waits for what it asked: a range whose last offsets
+#: are gaps (transaction markers, compacted records) is seen ended after one such wait.
+CONSUME_WAIT_S = 0.1
 RECORDS_PER_ARROW_BATCH = 10_000
 #: How long a broker holds a read's fetch waiting for more records (librdkafka's default
 #: is 500 ms): a task waits that out each time one of its partitions reaches its end.
@@ -643,9 +646,9 @@ class _RangeProgress:
 class _RangesRead:
     """The records of a task's ranges, each range's in offset order and whole: a range ends
     at its stop, or at a record past it, or when the client's position passes its stop
-    (gaps: compaction, transaction markers); records never arrive past ``READ_TIMEOUT_S`` (or
-    the outage timeout) fail it by name, and brokers that stay away fail it naming the
-    partition once the outage timeout has passed."""
+    (gaps: compaction, transaction markers), which a short ``consume`` shows; records that
+    never arrive fail it by name past ``READ_TIMEOUT_S`` (or the outage timeout), and brokers
+    that stay away fail it naming the partition once the outage timeout has passed."""
 
     def __init__(
         self, consumer: Consumer, pieces: Sequence[KafkaRangePartition], schema: pa.Schema
@@ -663,18 +666,21 @@ class _RangesRead:
                 for (topic, partition), r in self._open.items()
             ]
         )
-        deadline = time.monotonic() + self._patience_s
+        deadline = quiet_since = time.monotonic()
+        deadline += self._patience_s
         while self._open:
             # consume() waits until it has as many records as asked or its timeout passes,
             # so ask for no more than the ranges hold.
             left = sum(r.piece.stop - r.next_offset for r in self._open.values())
             messages = self._consumer.consume(
-                min(left, RECORDS_PER_ARROW_BATCH), timeout=POLL_TIMEOUT_S
+                min(left, RECORDS_PER_ARROW_BATCH), timeout=CONSUME_WAIT_S
             )
+            now = time.monotonic()
             if self._take(messages):
-                deadline = time.monotonic() + self._patience_s
-            else:
+                deadline, quiet_since = now + self._patience_s, now
+            if self._past_gaps() and now - quiet_since >= POLL_TIMEOUT_S:
                 self._stalled(deadline)
+                quiet_since = now
             for key, progress in list(self._open.items()):
                 yield from self._hand_over(progress)
                 if progress.next_offset >= progress.piece.stop:
@@ -708,17 +714,24 @@ class _RangesRead:
             took = True
         return took
 
-    def _stalled(self, deadline: float) -> None:
-        """No record for an open range: ranges whose rest were gaps end; brokers that stay
-        away fail the read by partition; records that never come fail it by offset."""
+    def _past_gaps(self) -> list[_RangeProgress]:
+        """End the ranges the client's position has passed (their rest were gaps); the
+        ranges still waiting for records."""
+        waiting = []
         for progress in self._open.values():
-            (position,) = self._consumer.position([progress.partition])
-            if position.offset >= progress.piece.stop:
-                progress.next_offset = progress.piece.stop
-        waiting = [p for p in self._open.values() if p.next_offset < p.piece.stop]
-        if not waiting:
-            return
-        first = waiting[0]
+            if progress.next_offset < progress.piece.stop:
+                (position,) = self._consumer.position([progress.partition])
+                if position.offset >= progress.piece.stop:
+                    progress.next_offset = progress.piece.stop
+                else:
+                    waiting.append(progress)
+        return waiting
+
+    def _stalled(self, deadline: float) -> None:
+        """No record for ``POLL_TIMEOUT_S``: brokers that stay away fail the read by
+        partition (once the outage timeout has passed); records that never come fail it by
+        offset."""
+        first = self._past_gaps()[0]
         first.piece.low_watermark(self._consumer)
         if time.monotonic() > deadline:
             raise KafkaReadError(

@@ -574,6 +574,38 @@ def test_a_task_assigns_its_ranges_together_and_asks_no_offsets_when_they_arrive
     assert consumer.config["fetch.wait.max.ms"] == kafka.READ_FETCH_WAIT_MS
 
 
+def test_ranges_that_end_in_transaction_markers_end_without_a_stall(broker, monkeypatch):
+    """A transactional producer's commit takes an offset of its own after the records, so
+    a range up to the partition's end never gets a record at its last offset: the client's
+    position passing it ends the range, without the brokers asked why nothing came."""
+    producer = Producer({"bootstrap.servers": broker, "transactional.id": "test-markers"})
+    producer.init_transactions(10)
+    producer.begin_transaction()
+    for partition in (0, 1):
+        for value in event_values(10 * partition, 3):
+            producer.produce(EVENTS, value, partition=partition)
+    producer.commit_transaction(10)
+    monkeypatch.setattr(kafka, "Consumer", _CountingConsumer)
+    monkeypatch.setattr(_CountingConsumer, "made", [])
+    # A read that waited for the markers' offsets as for records would ask the brokers
+    # after this long, and wait this long in each consume.
+    monkeypatch.setattr(kafka, "POLL_TIMEOUT_S", 3600.0)
+    ends = {p: watermarks(broker, EVENTS, p)[1] for p in (0, 1)}
+    assert ends == {0: 4, 1: 4}  # three records and a commit marker each
+    pieces = [KafkaRangePartition(broker, {}, EVENTS, p, 0, 4, "json", 0.0) for p in (0, 1)]
+    read: list[pa.RecordBatch] = []
+    reader = threading.Thread(
+        target=lambda: read.extend(kafka.KafkaRangesPartition(pieces).read(JSON_SCHEMA)),
+        daemon=True,
+    )
+    reader.start()
+    reader.join(timeout=120)
+
+    assert not reader.is_alive(), "the read waited for records past the transactions' ends"
+    assert sorted(pa.Table.from_batches(read)["event_id"].to_pylist()) == [0, 1, 2, 10, 11, 12]
+    assert _CountingConsumer.made[0].watermark_calls == 0
+
+
 def test_a_fetch_wait_in_the_properties_is_kept_for_reads():
     config = kafka._read_config("localhost:9092", {"fetch.wait.max.ms": "200"})
     assert config["fetch.wait.max.ms"] == "200"
