@@ -244,6 +244,11 @@ def _rows(dirs: JobDirs, table: sa.Table, order: sa.Column) -> list[dict]:
     return rows
 
 
+def watermarks(dirs: JobDirs) -> list[datetime]:
+    """The watermark each committed batch recorded, where it recorded one."""
+    return [r["watermark"] for r in checkpoints(dirs) if r["watermark"] is not None]
+
+
 def batch_starts(rows: list[dict]) -> list[float]:
     return [r["committed_at"].timestamp() - r["batch_duration_ms"] / 1000 for r in rows]
 
@@ -262,7 +267,7 @@ def assert_exactly_once(
     and the comparison covers most of the input: the final watermark reached the end of the
     backlog and into the live events (a job stuck early would compare nearly nothing).
     Every committed batch has its metrics row."""
-    marks = [r["watermark"] for r in checkpoints(dirs) if r["watermark"] is not None]
+    marks = watermarks(dirs)
     assert marks, "no checkpoint recorded a watermark"
     events = all_input(dirs.inputs)
     result = compare(committed_output(dirs.output), events, window_s, max(marks))
