@@ -150,8 +150,7 @@ def deployed(*args: object, **kwargs: object) -> Iterator[Deployment]:
         yield deployment
     finally:
         deployment.close()
-        for process in job_processes(JOB, deployment.data):
-            process.kill()
+        kill_all(job_processes(JOB, deployment.data))
 
 
 @pytest.fixture
@@ -219,7 +218,21 @@ def job_processes(job: str, data: Path) -> list[psutil.Process]:
         if f"spark.backlog.job-name={job}" in line and str(data) in line:
             with contextlib.suppress(psutil.NoSuchProcess):
                 found += [process, *process.children(recursive=True)]
-    return [p for p in found if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    return [p for p in found if _alive(p)]
+
+
+def _alive(process: psutil.Process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def kill_all(processes: list[psutil.Process]) -> None:
+    """Kill each; one that ended meanwhile (a child whose parent went first) is no error."""
+    for process in processes:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.kill()
 
 
 def command_line(process: psutil.Process) -> str:
@@ -315,8 +328,7 @@ def test_on_a_cluster_the_phased_dag_survives_a_lost_worker_relaunches_and_answe
     # The driver is killed from outside: a waiting sensor's trigger fails naming the cause.
     driver = job_processes(JOB, deployment.data)
     assert driver, "no driver process found"
-    for process in driver:
-        process.kill()
+    kill_all(driver)
     trigger = JobExpectationTrigger(
         BacklogMetricsHook.default_conn_name,
         JOB,
@@ -378,7 +390,7 @@ def test_killing_the_launch_task_leaves_no_spark_process_behind(deployment):
     finally:
         if dag_test.poll() is None:
             dag_test.kill()
-    alive = [p for p in driver if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    alive = [p for p in driver if _alive(p)]
     assert not alive, f"left behind: {alive}"
     assert not job_processes(JOB, deployment.data)
     states = task_states(deployment.home, "backlog_phased")
