@@ -606,6 +606,14 @@ def test_ranges_that_end_in_transaction_markers_end_without_a_stall(broker, monk
     assert _CountingConsumer.made[0].watermark_calls == 0
 
 
+def test_a_task_of_empty_ranges_reads_nothing_and_assigns_nothing(broker, monkeypatch):
+    monkeypatch.setattr(kafka, "Consumer", _CountingConsumer)
+    monkeypatch.setattr(_CountingConsumer, "made", [])
+    empty = KafkaRangePartition(broker, {}, EVENTS, 0, 7, 7, "json", 0.0)
+    assert list(kafka.KafkaRangesPartition([empty]).read(JSON_SCHEMA)) == []
+    assert _CountingConsumer.made[0].assigned == []
+
+
 def test_a_fetch_wait_in_the_properties_is_kept_for_reads():
     config = kafka._read_config("localhost:9092", {"fetch.wait.max.ms": "200"})
     assert config["fetch.wait.max.ms"] == "200"

@@ -62,3 +62,8 @@ def test_the_final_chunk_completes_the_coverage():
 def test_chunks_out_of_shape_are_refused(chunks, message):
     with pytest.raises(ValueError, match=message):
         SnapshotCoverage.of(chunks)
+
+
+def test_high_watermarks_that_match_no_count_of_chunks_are_refused():
+    with pytest.raises(ValueError, match="1 last keys need 1 high watermarks"):
+        SnapshotCoverage(((1,),), (1, 2, 3))

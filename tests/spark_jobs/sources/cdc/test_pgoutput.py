@@ -189,6 +189,14 @@ def test_an_unknown_message_type_is_named(kind):
             "not UTF-8",
         ),
         (b"T" + struct.pack(">IBI", 2, 0, 1), "ends before its fields '2I'"),
+        (
+            b"I" + struct.pack(">I", 1) + b"N" + struct.pack(">h", 2) + b"n",
+            r"ends before its fields 'c' at byte 9",
+        ),
+        (
+            b"I" + struct.pack(">I", 1) + b"N" + tuple_data(b"t" + b"\0\0"),
+            r"ends before its fields 'i' at byte 9",
+        ),
     ],
 )
 def test_a_malformed_message_is_an_error_that_says_where(data, problem):
