@@ -20,7 +20,7 @@ def require_java(minimum: int = 17) -> None:
 
     Under spark-submit the JVM is already running, so there is nothing to check.
     """
-    if "PYSPARK_GATEWAY_PORT" in os.environ:
+    if under_spark_submit():
         return
     java_home = os.environ.get("JAVA_HOME")
     java = os.path.join(java_home, "bin", "java") if java_home else shutil.which("java")
@@ -32,6 +32,11 @@ def require_java(minimum: int = 17) -> None:
     if not match or int(match.group(1)) < minimum:
         found = match.group(1) if match else "unknown"
         raise JavaMissing(f"Spark 4 needs Java {minimum} or newer, but {java} is {found}; {advice}")
+
+
+def under_spark_submit() -> bool:
+    """Whether this driver was started by spark-submit, whose JVM it talks to."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
 def job_environment() -> dict[str, str]:

@@ -13,12 +13,15 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 def spark(jvm_archive):
     from pyspark.sql import SparkSession
 
+    from spark_jobs.jobs.cli import DAEMON_MODULE
+
     session = (
         SparkSession.builder.master("local[2]")
         .appName("integration-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.session.timeZone", "UTC")
+        .config(*DAEMON_MODULE)
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("WARN")

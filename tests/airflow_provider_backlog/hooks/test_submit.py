@@ -291,6 +291,15 @@ def test_drivers_log_at_warn_unless_the_profile_says_otherwise(local_spark):
     assert conf_of(hook(profile=own).submit_command("app.py"))["spark.log.level"] == "INFO"
 
 
+def test_python_workers_start_from_the_jobs_daemon_unless_the_profile_says_otherwise(
+    local_spark,
+):
+    key = "spark.python.daemon.module"
+    assert conf_of(hook().submit_command("app.py"))[key] == "spark_jobs.jobs.worker_daemon"
+    own = PhaseProfile("2s", conf={key: "pyspark.daemon"})
+    assert conf_of(hook(profile=own).submit_command("app.py"))[key] == "pyspark.daemon"
+
+
 def test_spark_redacts_our_secrets_unless_the_profile_says_otherwise(local_spark):
     conf = conf_of(hook().submit_command("app.py"))
     assert conf["spark.redaction.regex"] == SPARK_REDACTION_REGEX
