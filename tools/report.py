@@ -123,6 +123,16 @@ def phase_stats(checkpoints: Sequence[Checkpoint]) -> PhaseStats:
     return PhaseStats(len(checkpoints), duration, sum(c.rows for c in checkpoints))
 
 
+def warm_up_s(backlog: Sequence[Checkpoint]) -> float | None:
+    """The first backlog batch's time beyond what its rows cost at the rate of the backlog
+    batches after it: what a new driver's first batch pays to start (None with one batch)."""
+    later = backlog[1:]
+    if not later or not sum(c.rows for c in later):
+        return None
+    per_row = sum(c.duration_s for c in later) / sum(c.rows for c in later)
+    return backlog[0].duration_s - backlog[0].rows * per_row
+
+
 def cost_lines(checkpoints: Sequence[Checkpoint]) -> list[str]:
     """Per phase, the median checkpoint's fixed cost, its data work and the state it
     carried: the numbers an interval is tuned by, since a longer one spreads the fixed cost

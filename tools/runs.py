@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import shutil
 import subprocess
 import time
@@ -14,6 +15,8 @@ from typing import Protocol
 
 import spark_jobs.jobs.events_pipeline as events_pipeline
 from spark_jobs.backlog.values import count_argument
+from spark_jobs.jobs import jvm_archive
+from spark_jobs.jobs.cli import DAEMON_MODULE
 from spark_jobs.jobs.startup import job_environment, require_java, spark_submit_command
 from tools.data import KafkaProducerThread, LiveProducer, history_range, write_history
 from tools.report import Checkpoint, caught_up, load
@@ -171,11 +174,23 @@ def follow(
         raise RuntimeError(f"the job failed ({job.returncode}); end of {log_path}:\n{tail}")
 
 
+@functools.cache
+def driver_java_options() -> str:
+    """The driver maps its class-data archive, made once per installation, as a tuned
+    deployment does (spark_jobs.jobs.jvm_archive, docs/tuning.md)."""
+    if not jvm_archive.archive_path().exists():
+        say("making the driver's class-data archive (once per installation, about 40 s)")
+    return jvm_archive.java_options(jvm_archive.ensure_archive())
+
+
 def local_spark_conf(job: str, metrics_url: str, conf: dict[str, str]) -> dict[str, str]:
-    """Spark conf of a tool's run: ``local[2]``, no UI, metrics into ``metrics_url``."""
+    """Spark conf of a tool's run: ``local[2]``, no UI, the driver's class-data archive, our
+    Python worker daemon, metrics into ``metrics_url``."""
     return {
         "spark.master": "local[2]",
         "spark.ui.enabled": "false",
+        "spark.driver.extraJavaOptions": driver_java_options(),
+        DAEMON_MODULE[0]: DAEMON_MODULE[1],
         "spark.backlog.job-name": job,
         "spark.backlog.metrics.url": metrics_url,
         **conf,
@@ -213,6 +228,8 @@ class Run:
     args: list[str] = field(default_factory=list)
     kafka: KafkaTopic | None = None
     producer: LiveProducer | KafkaProducerThread | None = None
+    #: When spark-submit was started (epoch seconds), once it was.
+    submitted_at: float | None = None
 
     @property
     def landing(self) -> Path:
@@ -281,5 +298,6 @@ class Run:
         log_path = self.root / "job.log"
         say(f"[{self.name}] starting the job (Spark log: {log_path})")
         producer.start()
+        self.submitted_at = time.time()
         follow(self.name, self.command(), log_path, self.checkpoints, producer, keep_going)
         return self.checkpoints()

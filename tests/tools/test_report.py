@@ -20,6 +20,7 @@ from tools.report import (
     phase_stats,
     plot_timeline,
     reentry,
+    warm_up_s,
     weighted_percentile,
 )
 
@@ -181,3 +182,15 @@ def test_each_phase_s_median_checkpoint_splits_its_fixed_cost_from_its_data_work
     assert cost_lines(stateless)[2:] == [
         "live               1               90         10                  -           -"
     ]
+
+
+def test_the_warm_up_is_the_first_batchs_time_beyond_its_rows_at_the_later_rate():
+    backlog = [
+        checkpoint(0, 0.0, 6.0, True, 500_000),
+        checkpoint(1, 6.0, 1.5, True, 500_000),
+        checkpoint(2, 7.5, 0.5, True, 100_000),
+    ]
+    # Later: 600,000 rows in 2 s; the first batch's rows would take 1.667 s of its 6 s.
+    assert warm_up_s(backlog) == pytest.approx(6.0 - 500_000 * 2.0 / 600_000)
+    assert warm_up_s(backlog[:1]) is None
+    assert warm_up_s([backlog[0], checkpoint(1, 6.0, 0.2, True, 0)]) is None
