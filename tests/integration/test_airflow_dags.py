@@ -362,10 +362,11 @@ def test_on_a_cluster_the_phased_dag_survives_a_lost_worker_relaunches_and_answe
 
 
 def python_workers(task: psutil.Process) -> list[psutil.Process]:
-    """Spark's Python workers under the task: they exist once a batch reads data."""
+    """Spark's Python workers under the task: they exist once a batch reads data. They run
+    ``python -m <daemon module> pyspark.worker``, the daemon ours or PySpark's."""
     with contextlib.suppress(psutil.Error):
         tree = task.children(recursive=True)
-        return [p for p in tree if "pyspark.daemon pyspark.worker" in command_line(p)]
+        return [p for p in tree if command_line(p).endswith(" pyspark.worker")]
     return []
 
 
