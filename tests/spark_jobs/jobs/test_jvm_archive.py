@@ -35,3 +35,13 @@ def test_an_existing_archive_is_used_as_it_is(tmp_path, monkeypatch):
     monkeypatch.setattr(jvm_archive, "_build", lambda *_: pytest.fail("rebuilt"))
     assert jvm_archive.ensure_archive(tmp_path) == path
     assert path.read_bytes() == b"archive"
+
+
+def test_the_console_command_prints_the_conf_that_maps_the_archive(tmp_path, monkeypatch, capsys):
+    made = tmp_path / "driver-x.jsa"
+    monkeypatch.setattr(jvm_archive, "ensure_archive", lambda directory: made)
+    assert jvm_archive.main(["--directory", str(tmp_path)]) == 0
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last == (
+        f"--conf spark.driver.extraJavaOptions=-XX:SharedArchiveFile={made} -Xlog:cds*=off"
+    )
