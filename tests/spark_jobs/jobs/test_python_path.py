@@ -69,3 +69,14 @@ def test_a_process_started_like_a_worker_imports_the_installed_package_after_the
 def test_the_launch_and_the_job_name_the_same_importable_daemon():
     assert WORKER_DAEMON == DAEMON_MODULE
     assert importlib.util.find_spec(DAEMON_MODULE[1]) is not None
+
+
+def test_site_directories_with_spaces_and_quotes_are_matched_by_their_parts():
+    site = '/opt/my env\'s "venv"/lib/site packages'
+    copy = f"{site}/pyspark/python/lib/pyspark.zip"
+    assert installed_copies([copy, site], lambda p: str(p) == f"{site}/pyspark/__init__.py") == [
+        copy
+    ]
+    # A name that only ends like the package's does not count.
+    other = "/opt/notpyspark/python/lib/pyspark.zip"
+    assert installed_copies([other, "/opt"], lambda _: True) == []
