@@ -21,6 +21,7 @@ from spark_jobs.backlog.values import format_duration
 #: Keys other modules set or check by name.
 INTERVAL = options.CHECKPOINTING_INTERVAL.key
 INTERVAL_DURING_BACKLOG = options.CHECKPOINTING_INTERVAL_DURING_BACKLOG.key
+FRESHNESS_TARGET = options.CHECKPOINTING_FRESHNESS_TARGET.key
 JOB_NAME = options.JOB_NAME.key
 RUN_ID = options.RUN_ID.key
 METRICS_URL = options.METRICS_URL.key
@@ -43,8 +44,9 @@ class BacklogConfig:
     """Validated settings. Durations are in seconds.
 
     ``interval_during_backlog_s`` is None when unset (same as ``interval_s``) and 0 when
-    periodic checkpoints are disabled during backlog. ``lag_rules`` holds the FLIP-328 lag
-    rules; each is off unless its enter threshold is set.
+    periodic checkpoints are disabled during backlog. With ``freshness_target_s`` set, the
+    live interval is chosen by the decider, at most ``interval_s``. ``lag_rules`` holds the
+    FLIP-328 lag rules; each is off unless its enter threshold is set.
     """
 
     interval_s: float
@@ -63,6 +65,8 @@ class BacklogConfig:
     #: How long a standby waits for the live driver to hand its lease over (None: this
     #: run takes the lease at startup, no standby).
     lease_handover_wait_s: float | None = None
+    #: The p95 of live freshness the chosen live interval keeps (None: ``interval_s`` live).
+    freshness_target_s: float | None = None
 
     @classmethod
     def from_spark_conf(cls, conf: Mapping[str, str], app_name: str | None = None) -> BacklogConfig:
@@ -82,6 +86,7 @@ class BacklogConfig:
                 f"{options.JOB_NAME.kind.allowed()}"
             )
         problems += _backlog_interval_problems(conf, values)
+        problems += _freshness_target_problems(conf, values)
         offsets, offset_problems = _thresholds(
             conf,
             values,
@@ -118,6 +123,7 @@ class BacklogConfig:
             ),
             metrics_retention_s=values[options.METRICS_RETENTION.key],
             lease_handover_wait_s=values[options.LEASE_WAIT_FOR_HANDOVER.key],
+            freshness_target_s=values[FRESHNESS_TARGET],
         )
 
     def describe(self) -> str:
@@ -129,6 +135,8 @@ class BacklogConfig:
             f"interval-during-backlog={during_text} min-pause={format_duration(self.min_pause_s)} "
             f"max-batch-rows={self.max_batch_rows}"
         )
+        if self.freshness_target_s is not None:
+            line += f" freshness-target={format_duration(self.freshness_target_s)}"
         lag = self.lag_rules
         if lag.offsets is not None:
             line += f" offset-lag=enter>{lag.offsets.enter},leave<={lag.offsets.leave}"
@@ -164,9 +172,18 @@ def reconfigured(
     return BacklogConfig.from_spark_conf(updated)
 
 
-def checkpoint_interval(config: BacklogConfig, job_is_backlog: bool) -> float | None:
-    """The one place that picks the current checkpoint interval (None: no periodic checkpoint)."""
-    if not job_is_backlog or config.interval_during_backlog_s is None:
+def checkpoint_interval(
+    config: BacklogConfig, job_is_backlog: bool, chosen_live_s: float | None = None
+) -> float | None:
+    """The one place that picks the current checkpoint interval (None: no periodic checkpoint).
+
+    ``chosen_live_s`` is the live interval chosen for the freshness target, which replaces
+    ``interval`` in real time when a target is set."""
+    if not job_is_backlog:
+        if config.freshness_target_s is not None and chosen_live_s is not None:
+            return chosen_live_s
+        return config.interval_s
+    if config.interval_during_backlog_s is None:
         return config.interval_s
     if config.interval_during_backlog_s == 0:
         return None
@@ -229,6 +246,19 @@ def _backlog_interval_problems(conf: Mapping[str, str], values: Mapping[str, Any
         f"{INTERVAL_DURING_BACKLOG} = {value} is invalid: it must be 0 (no periodic checkpoint "
         f"during backlog) or at least {INTERVAL} ({format_duration(interval)}), because "
         "checkpoints during backlog may only be rarer"
+    ]
+
+
+def _freshness_target_problems(conf: Mapping[str, str], values: Mapping[str, Any]) -> list[str]:
+    """A target no longer than ``min-pause`` could never be met: every batch waits that long."""
+    target, pause = values[FRESHNESS_TARGET], values[options.CHECKPOINTING_MIN_PAUSE.key]
+    if target is None or pause is None or target > pause:
+        return []
+    value = _shown(FRESHNESS_TARGET, conf[FRESHNESS_TARGET])
+    return [
+        f"{FRESHNESS_TARGET} = {value} is invalid: it must be longer than "
+        f"{options.CHECKPOINTING_MIN_PAUSE.key} ({format_duration(pause)}), the least time "
+        "between a commit and the next batch"
     ]
 
 

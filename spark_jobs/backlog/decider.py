@@ -10,7 +10,9 @@ Translation of FLIP-309 to micro-batches (docs/concepts.md has the reasoning):
 - real time: one batch per ``interval`` (start to start) with everything that arrived;
 - ``min-pause`` separates the commit of one batch from the start of the next;
 - backlog ends: the next batch is due no later than ``now + interval``;
-- backlog starts: the deadline already armed stands, later batches follow backlog rules.
+- backlog starts: the deadline already armed stands, later batches follow backlog rules;
+- with a freshness target, the live interval is chosen from measured live batches
+  (``freshness.py``) instead of being ``interval``.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from spark_jobs.backlog.config import BacklogConfig, checkpoint_interval
+from spark_jobs.backlog.freshness import Bounds, FreshnessWindow, IntervalChoice, live_batch
 
 Clock = Callable[[], float]
 
@@ -39,6 +42,8 @@ class CommittedBatch:
     #: The first batch of a query run also pays for JVM warm-up and query start: its time
     #: says little about throughput.
     first_of_run: bool = False
+    #: The event time of its oldest input row, where the query observes one.
+    oldest_event_at: float | None = None
 
     @property
     def duration_s(self) -> float:
@@ -59,6 +64,9 @@ class Decision:
     due_at: float
     max_rows: int
     standing: bool
+    #: Set when this decision changed the live interval chosen for the freshness target:
+    #: why, to be recorded with the change.
+    interval_reason: str | None = None
 
 
 class ThroughputEstimator:
@@ -80,6 +88,10 @@ class ThroughputEstimator:
                 self._warm_up = (rows, seconds)
             else:
                 self._samples.append((rows, seconds))
+
+    def seconds_per_row(self) -> float | None:
+        """The measured cost of one more row in a batch (None before any regular batch)."""
+        return self._fit()[1] if self._samples else None
 
     @property
     def settled(self) -> bool:
@@ -129,6 +141,10 @@ class CheckpointDecider:
         self._config = config
         self._clock = clock
         self._throughput = ThroughputEstimator()
+        self._freshness = FreshnessWindow()
+        self._live_choice: IntervalChoice | None = None
+        self._changed_choice: IntervalChoice | None = None
+        self._last_started_at: float | None = None
         # None until the first status arrives: the first report is not a switch.
         self._backlog: bool | None = None
         # Nothing is known at start: the first batch may start at once and take up to the
@@ -159,12 +175,18 @@ class CheckpointDecider:
         then the live deadline already armed stands.
         """
         self._throughput.observe(batch.num_rows, batch.duration_s, warm_up=batch.first_of_run)
+        was_backlog = self._backlog
+        if not job_is_backlog and was_backlog is False:
+            self._observe_live(batch)
+        self._last_started_at = batch.started_at
+        self._backlog = job_is_backlog
+        if not job_is_backlog:
+            self._choose_live_interval()
         earliest = batch.committed_at + self._config.min_pause_s
-        if job_is_backlog and self._backlog is not False:
+        if job_is_backlog and was_backlog is not False:
             due = earliest
         else:
-            due = max(batch.started_at + self._config.interval_s, earliest)
-        self._backlog = job_is_backlog
+            due = max(batch.started_at + self._live_interval_s(), earliest)
         return self._decide(due)
 
     def on_status(self, job_is_backlog: bool) -> Decision:
@@ -172,29 +194,76 @@ class CheckpointDecider:
         if job_is_backlog == self._backlog:
             return self._decision
         due = self._decision.due_at
-        if self._backlog and not job_is_backlog:
-            due = min(due, self._clock() + self._config.interval_s)
+        ended_backlog = bool(self._backlog) and not job_is_backlog
         self._backlog = job_is_backlog
+        if not job_is_backlog:
+            self._choose_live_interval()
+        if ended_backlog:
+            due = min(due, self._clock() + self._live_interval_s())
         return self._decide(due)
 
     def reconfigure(self, config: BacklogConfig) -> Decision:
-        """New intervals for the running job. In real time the next batch is due no later
-        than ``now + interval``, as when backlog ends; in backlog the batch size follows."""
+        """New intervals (or freshness target) for the running job. In real time the next
+        batch is due no later than ``now + interval``, as when backlog ends; in backlog the
+        batch size follows."""
         self._config = config
         due = self._decision.due_at
         if not self._backlog:
-            due = min(due, self._clock() + config.interval_s)
+            self._choose_live_interval(forced=True)
+            due = min(due, self._clock() + self._live_interval_s())
         return self._decide(due)
 
+    def _observe_live(self, batch: CommittedBatch) -> None:
+        released_under = self._decision.interval_s
+        if released_under is None:
+            return
+        measured = live_batch(
+            released_under,
+            batch.started_at,
+            batch.committed_at,
+            batch.num_rows,
+            self._last_started_at,
+            batch.oldest_event_at,
+        )
+        if measured is not None:
+            self._freshness.observe(measured)
+
+    def _choose_live_interval(self, forced: bool = False) -> None:
+        """Re-choose the live interval for the freshness target; a change (or any choice,
+        when ``forced`` by a reconfiguration) is kept to be recorded with the next decision."""
+        target = self._config.freshness_target_s
+        if target is None:
+            self._live_choice = None
+            return
+        choice = self._freshness.choose(
+            target,
+            Bounds(self._config.min_pause_s, self._config.interval_s),
+            None if self._live_choice is None else self._live_choice.interval_s,
+            self._throughput.seconds_per_row(),
+        )
+        if forced or choice.differs_from(self._live_choice):
+            self._live_choice = self._changed_choice = choice
+
+    def _live_interval_s(self) -> float:
+        interval = checkpoint_interval(self._config, False, self._chosen_live_s())
+        return self._config.interval_s if interval is None else interval
+
+    def _chosen_live_s(self) -> float | None:
+        return None if self._live_choice is None else self._live_choice.interval_s
+
     def _decide(self, due_at: float) -> Decision:
+        changed, self._changed_choice = self._changed_choice, None
         self._decision = Decision(
             is_backlog=bool(self._backlog),
-            interval_s=checkpoint_interval(self._config, bool(self._backlog)),
+            interval_s=checkpoint_interval(
+                self._config, bool(self._backlog), self._chosen_live_s()
+            ),
             due_at=due_at,
             max_rows=self._batch_rows(),
             standing=bool(self._backlog)
             and self._config.min_pause_s == 0
             and (self._throughput.settled or self._config.interval_during_backlog_s == 0),
+            interval_reason=None if changed is None else changed.reason,
         )
         return self._decision
 

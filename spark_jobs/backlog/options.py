@@ -134,6 +134,16 @@ CHECKPOINTING_INTERVAL_DURING_BACKLOG = Option(
     unset="unset (= interval)",
     reconfigurable=True,
 )
+CHECKPOINTING_FRESHNESS_TARGET = Option(
+    PREFIX + "checkpointing.freshness-target",
+    Duration(0.001, _DAY_S),
+    "once every source is live, the job chooses the live interval: the largest (from "
+    "`min-pause` to `interval`) that keeps the p95 of live freshness (commit minus the oldest "
+    "input row's event time) at or under this, re-chosen as batch times and arrival rates "
+    "change; above `min-pause`",
+    unset="unset (live interval = `interval`)",
+    reconfigurable=True,
+)
 CHECKPOINTING_MIN_PAUSE = Option(
     PREFIX + "checkpointing.min-pause",
     Duration(0.0, _DAY_S),
@@ -229,6 +239,7 @@ METRICS_RETENTION = Option(
 OPTIONS = (
     CHECKPOINTING_INTERVAL,
     CHECKPOINTING_INTERVAL_DURING_BACKLOG,
+    CHECKPOINTING_FRESHNESS_TARGET,
     CHECKPOINTING_MIN_PAUSE,
     CHECKPOINTING_MAX_BATCH_ROWS,
     JOB_NAME,

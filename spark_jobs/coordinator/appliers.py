@@ -120,8 +120,12 @@ class RestartApplier:
 
     def settings_for(self, decision: Decision) -> TriggerSettings:
         if not decision.is_backlog:
-            # Everything that arrived: a limit here would let live data pile up again.
-            return TriggerSettings(False, self._config.interval_s)
+            # Everything that arrived: a limit here would let live data pile up again. The
+            # interval is the decision's: a freshness target chooses it.
+            interval = (
+                self._config.interval_s if decision.interval_s is None else decision.interval_s
+            )
+            return TriggerSettings(False, interval)
         options = self._limits.limit_options(decision.max_rows)
         return TriggerSettings(True, self._config.min_pause_s, options)
 

@@ -20,11 +20,12 @@ from typing import Any, Protocol
 
 from spark_jobs.backlog.config import BacklogConfig
 from spark_jobs.backlog.decider import CheckpointDecider, CommittedBatch, Decision
+from spark_jobs.backlog.freshness import oldest_event_at
 from spark_jobs.backlog.graph import OperatorGraph
 from spark_jobs.backlog.lag import LagDetector, watermark_lag_s
 from spark_jobs.backlog.status import BacklogModel, SourceStatus
 from spark_jobs.coordinator.progress import BatchProgress, StateOperatorProgress
-from spark_jobs.metrics.schema import CheckpointRow, TransitionRow
+from spark_jobs.metrics.schema import CheckpointRow, IntervalChangeRow, TransitionRow
 from spark_jobs.sources.quarantine import count_set_aside
 from spark_jobs.sources.storage import StorageError
 
@@ -51,6 +52,8 @@ class Recorder(Protocol):
     def record_checkpoint(self, row: CheckpointRow) -> None: ...
 
     def record_transition(self, row: TransitionRow) -> None: ...
+
+    def record_interval_change(self, row: IntervalChangeRow) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -134,15 +137,14 @@ class BacklogCoordinator:
 
     def start(self) -> Decision:
         """Apply the first decision, informed by the probes when there are any."""
+        now = datetime.fromtimestamp(self._clock(), UTC)
         if self._probes:
-            self._observe(
-                [probe.status() for probe in self._probes],
-                datetime.fromtimestamp(self._clock(), UTC),
-            )
+            self._observe([probe.status() for probe in self._probes], now)
             decision = self.decider.on_status(bool(self._backlog_sources))
         else:
             decision = self.decider.decision
         self._applier.apply(decision)
+        self._record_interval_change(decision, now)
         return decision
 
     def reconfigure(self, config: BacklogConfig) -> Decision:
@@ -152,6 +154,7 @@ class BacklogCoordinator:
             self._applier.reconfigure(config)
             decision = self.decider.reconfigure(config)
             self._applier.apply(decision)
+            self._record_interval_change(decision, datetime.fromtimestamp(self._clock(), UTC))
             return decision
 
     def on_progress(self, progress: BatchProgress) -> Decision:
@@ -186,11 +189,13 @@ class BacklogCoordinator:
             committed_at=progress.committed_at.timestamp(),
             num_rows=progress.num_input_rows,
             first_of_run=progress.run_id not in self._runs,
+            oldest_event_at=oldest_event_at(progress.observed_metrics),
         )
         self._runs.add(progress.run_id)
         decision = self.decider.on_batch_committed(batch, job_is_backlog)
         self._applier.apply(decision, progress)
         self._record_checkpoint(progress, decision)
+        self._record_interval_change(decision, progress.committed_at)
         self.last_progress = progress
         return decision
 
@@ -244,6 +249,26 @@ class BacklogCoordinator:
                 what += f" ({status.phase})" if status.phase else ""
             parts.append(f"{status.rule or 'reported'}: {name} {what}")
         return "; ".join(parts)
+
+    def _record_interval_change(self, decision: Decision, at: datetime) -> None:
+        """A new live interval chosen for the freshness target, with its reason."""
+        if decision.interval_reason is None or decision.interval_s is None:
+            return
+        self._recorder.record_interval_change(
+            IntervalChangeRow(
+                job_name=self.config.job_name,
+                run_id=self.config.run_id,
+                at=at,
+                interval_ms=round(decision.interval_s * 1000),
+                reason=decision.interval_reason,
+            )
+        )
+        logger.info(
+            "job %s: live interval %.2fs (%s)",
+            self.config.job_name,
+            decision.interval_s,
+            decision.interval_reason,
+        )
 
     def _record_checkpoint(self, progress: BatchProgress, decision: Decision) -> None:
         interval = decision.interval_s

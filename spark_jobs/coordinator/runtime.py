@@ -75,8 +75,10 @@ class QueryStart(NamedTuple):
 
 
 def trigger_tick_s(config: BacklogConfig) -> float:
-    """How often Spark asks gated sources whether a batch is due: fine enough for the cadence."""
-    return min(max(config.interval_s / 20, 0.05), 0.5)
+    """How often Spark asks gated sources whether a batch is due: fine enough for the cadence
+    (a freshness target's chosen interval is at most the target)."""
+    shortest = min(config.interval_s, config.freshness_target_s or config.interval_s)
+    return min(max(shortest / 20, 0.05), 0.5)
 
 
 def stop_gracefully(query: StreamingQuery, timeout_s: float = 60.0) -> None:

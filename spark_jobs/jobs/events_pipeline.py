@@ -35,6 +35,7 @@ from spark_jobs.backlog.values import (
     format_duration,
     processing_time,
 )
+from spark_jobs.coordinator.event_time import observe_event_time
 from spark_jobs.coordinator.runtime import BacklogRuntime
 from spark_jobs.jobs.cli import add_run_arguments, check_run_arguments, run_command, spark_session
 from spark_jobs.sources.storage import resolve_uri
@@ -151,10 +152,10 @@ def read_events(
     elif args.static_max_rows:
         reader = reader.option("maxRowsPerTrigger", str(args.static_max_rows))
     event_ms = F.unix_millis("event_time")
-    return reader.load().observe(
+    return observe_event_time(
+        reader.load(),
         "event_time",
         F.count(F.lit(1)).alias("rows"),
-        F.min(event_ms).alias("min_ms"),
         F.max(event_ms).alias("max_ms"),
         F.percentile_approx(event_ms, list(FRESHNESS_QUANTILES), 1000).alias("quantiles_ms"),
     )

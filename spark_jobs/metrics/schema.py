@@ -105,6 +105,21 @@ backlog_transitions = Table(
     Index("ix_backlog_transitions_job_at", "job_name", "at"),
 )
 
+#: Each change of the live interval chosen for a freshness target
+#: (``spark.backlog.checkpointing.freshness-target``), and why.
+backlog_interval_changes = Table(
+    "backlog_interval_changes",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("job_name", String(200), nullable=False),
+    Column("run_id", String(200), nullable=False),
+    Column("at", DateTime(timezone=True), nullable=False),
+    Column("interval_ms", BigInteger, nullable=False),
+    Column("reason", String(500), nullable=False),
+    UniqueConstraint("job_name", "run_id", "at", name="uq_backlog_interval_changes_change"),
+    Index("ix_backlog_interval_changes_job_at", "job_name", "at"),
+)
+
 
 #: Requests to a running job, and its answers: ``reconfigure`` (new settings) or ``stop``
 #: (a graceful stop after the next committed checkpoint). Airflow inserts a ``pending``
@@ -228,13 +243,30 @@ class TransitionRow:
         object.__setattr__(self, "at", _require_utc(self.at, "at"))
 
 
+@dataclass(frozen=True)
+class IntervalChangeRow:
+    """A new live interval chosen for the freshness target. ``at`` is normalised to UTC."""
+
+    job_name: str
+    run_id: str
+    at: datetime
+    interval_ms: int
+    reason: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "at", _require_utc(self.at, "at"))
+
+
+Row = CheckpointRow | TransitionRow | IntervalChangeRow
+
 TABLE_OF_ROW: dict[type, Table] = {
     CheckpointRow: backlog_checkpoints,
     TransitionRow: backlog_transitions,
+    IntervalChangeRow: backlog_interval_changes,
 }
 
 
-def row_values(row: CheckpointRow | TransitionRow) -> dict[str, object]:
+def row_values(row: Row) -> dict[str, object]:
     """Column name to value, ready for an insert."""
     return {f.name: getattr(row, f.name) for f in dataclasses.fields(row)}
 
@@ -288,14 +320,16 @@ def _add_column(connection: sqlalchemy.Connection, table: Table, column: Column)
 
 
 def retention_deletes(job_name: str, cutoff: datetime) -> list[sqlalchemy.Delete]:
-    """The statements deleting ``job_name``'s checkpoints and transitions from before
-    ``cutoff``, except its latest row of each (a sensor reads a stopped job's last state).
+    """The statements deleting ``job_name``'s checkpoints, transitions and interval changes
+    from before ``cutoff``, except its latest row of each (a sensor reads a stopped job's
+    last state).
     Each table's (job_name, time) index finds them."""
     cutoff = _require_utc(cutoff, "cutoff")
     statements = []
     for table, time_column in (
         (backlog_checkpoints, backlog_checkpoints.c.committed_at),
         (backlog_transitions, backlog_transitions.c.at),
+        (backlog_interval_changes, backlog_interval_changes.c.at),
     ):
         latest = (
             sqlalchemy.select(sqlalchemy.func.max(table.c.id))

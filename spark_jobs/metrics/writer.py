@@ -29,6 +29,7 @@ from spark_jobs.metrics.periodic import PeriodicThread
 from spark_jobs.metrics.schema import (
     TABLE_OF_ROW,
     CheckpointRow,
+    IntervalChangeRow,
     TransitionRow,
     create_tables,
     delete_rows_before,
@@ -120,9 +121,13 @@ def _problems(row: Row) -> list[str]:
 
 
 def _shortened(row: Row) -> Row:
-    """A transition's reason is prose: cut it to fit rather than lose the row."""
+    """A reason is prose: cut it to fit rather than lose the row."""
     limit = _COLUMNS["reason"].max_length
-    if isinstance(row, TransitionRow) and limit is not None and len(row.reason) > limit:
+    if (
+        isinstance(row, TransitionRow | IntervalChangeRow)
+        and limit is not None
+        and len(row.reason) > limit
+    ):
         return dataclasses.replace(row, reason=row.reason[: limit - len(_ELLIPSIS)] + _ELLIPSIS)
     return row
 
@@ -152,7 +157,7 @@ def retry_delay(failures: int, interval_s: float, max_backoff_s: float) -> float
 
 
 class MetricsWriter:
-    """Journaled, retrying writer of :class:`CheckpointRow` and :class:`TransitionRow`.
+    """Journaled, retrying writer of checkpoint, transition and interval-change rows.
 
     Safe to call from any thread. ``record_*`` return once the row is in the journal;
     nothing here raises into the caller after construction (an unparsable ``url`` raises at
@@ -220,6 +225,10 @@ class MetricsWriter:
     def record_transition(self, row: TransitionRow) -> None:
         """Journal a change of backlog status for writing; returns once it is durable."""
         self._record(row, TransitionRow)
+
+    def record_interval_change(self, row: IntervalChangeRow) -> None:
+        """Journal a new live interval for writing; returns once it is durable."""
+        self._record(row, IntervalChangeRow)
 
     def flush(self, timeout_s: float = 10.0) -> bool:
         """Wait until every row recorded before this call is written; False on timeout."""

@@ -81,6 +81,34 @@ def test_one_function_picks_the_interval():
     assert checkpoint_interval(longer, False) == 30
 
 
+def test_with_a_freshness_target_the_chosen_live_interval_replaces_interval():
+    targeted = BacklogConfig.from_spark_conf(
+        {
+            **BASE,
+            "spark.backlog.checkpointing.freshness-target": "5s",
+            "spark.backlog.checkpointing.interval-during-backlog": "1min",
+        }
+    )
+    assert targeted.freshness_target_s == 5.0
+    assert checkpoint_interval(targeted, False, chosen_live_s=3.2) == 3.2
+    assert checkpoint_interval(targeted, False) == 30  # nothing chosen yet
+    assert checkpoint_interval(targeted, True, chosen_live_s=3.2) == 60
+    assert checkpoint_interval(parse(), False, chosen_live_s=3.2) == 30  # no target
+
+
+def test_a_freshness_target_no_longer_than_min_pause_is_refused():
+    assert problems(
+        {
+            "spark.backlog.checkpointing.freshness-target": "2s",
+            "spark.backlog.checkpointing.min-pause": "2s",
+        }
+    ) == [
+        "spark.backlog.checkpointing.freshness-target = '2s' is invalid: it must be longer "
+        "than spark.backlog.checkpointing.min-pause (2s), the least time between a commit and "
+        "the next batch"
+    ]
+
+
 def test_backlog_interval_shorter_than_interval_is_refused_with_flinks_reason():
     [problem] = problems(
         {
@@ -305,7 +333,8 @@ def test_a_running_job_takes_new_intervals_validated_as_at_startup():
     assert raised.value.problems == [
         "spark.backlog.checkpointing.max-batch-rows = '9' cannot change while the job runs; "
         "only spark.backlog.checkpointing.interval, "
-        "spark.backlog.checkpointing.interval-during-backlog can"
+        "spark.backlog.checkpointing.interval-during-backlog, "
+        "spark.backlog.checkpointing.freshness-target can"
     ]
 
 
@@ -460,7 +489,8 @@ def test_a_restart_only_key_sent_to_a_running_job_is_named_without_its_password(
     assert raised.value.problems == [
         "spark.backlog.metrics.url = 'postgresql://u:*****@h/db' cannot change while the job "
         "runs; only spark.backlog.checkpointing.interval, "
-        "spark.backlog.checkpointing.interval-during-backlog can"
+        "spark.backlog.checkpointing.interval-during-backlog, "
+        "spark.backlog.checkpointing.freshness-target can"
     ]
 
 

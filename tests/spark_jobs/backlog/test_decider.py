@@ -3,7 +3,15 @@ import itertools
 import pytest
 
 from spark_jobs.backlog.decider import CheckpointDecider, CommittedBatch, ThroughputEstimator
-from tests.spark_jobs.backlog.simulation import FakeClock, config, gaps, simulate, starts
+from tests.spark_jobs.backlog.simulation import (
+    Arrivals,
+    FakeClock,
+    SimBatch,
+    config,
+    gaps,
+    simulate,
+    starts,
+)
 
 
 def committed(clock: FakeClock, batch_id: int, seconds: float, rows: int) -> CommittedBatch:
@@ -317,3 +325,102 @@ def test_a_new_backlog_interval_resizes_backlog_batches():
     after = decider.reconfigure(config(interval="1s", interval_during_backlog="20s"))
     assert (after.is_backlog, after.interval_s, after.due_at) == (True, 20.0, clock.now)
     assert after.max_rows == 2 * before
+
+
+# --- a freshness target instead of a live interval ------------------------------------------
+
+
+def p95(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[len(ordered) - 1 - int(0.05 * len(ordered))]
+
+
+def live_after(batches: list[SimBatch], seconds: float) -> list[SimBatch]:
+    """Live batches with rows that started ``seconds`` or more after the first batch."""
+    t0 = batches[0].started_at
+    return [
+        b
+        for b in batches
+        if not b.is_backlog and b.freshness_s is not None and b.started_at - t0 >= seconds
+    ]
+
+
+def test_a_target_is_met_with_far_fewer_checkpoints_than_a_short_interval():
+    run = dict(backlog_rows=3_000_000, live_rows_per_s=2000, seconds=400)
+    targeted = simulate(config(interval="30s", freshness_target="5s"), **run)
+    fixed = simulate(config(interval="1s", interval_during_backlog="30s"), **run)
+    steady = live_after(targeted, 100)
+    assert p95([b.freshness_s for b in steady]) <= 5.0
+    assert 4.0 <= min(b.interval_s for b in steady) <= max(b.interval_s for b in steady) <= 5.0
+    assert len(live_after(fixed, 100)) >= 3 * len(steady)
+    # every change is said once, with its reason; the first until live batches are measured
+    reasons = [b.interval_reason for b in targeted if b.interval_reason]
+    assert reasons[0] == "freshness target 5s: 2.50s until 3 live batches are measured"
+    assert all(r.startswith("freshness target 5s: ") for r in reasons)
+    assert 2 <= len(reasons) <= 5
+    # backlog keeps its own interval
+    assert {b.interval_s for b in targeted if b.is_backlog} == {30.0}
+
+
+def test_event_time_behind_arrival_makes_the_interval_shorter_not_the_data_older():
+    run = dict(backlog_rows=0, live_rows_per_s=2000, seconds=300)
+    punctual = simulate(config(interval="30s", freshness_target="5s"), **run)
+    delayed = simulate(config(interval="30s", freshness_target="5s"), event_delay_s=1.0, **run)
+    assert p95([b.freshness_s for b in live_after(delayed, 60)]) <= 5.0
+    assert live_after(delayed, 60)[-1].interval_s < live_after(punctual, 60)[-1].interval_s - 0.8
+
+
+def test_after_a_rate_step_the_target_is_met_again():
+    batches = simulate(
+        config(interval="30s", freshness_target="5s"),
+        backlog_rows=0,
+        live_rows_per_s=2000,
+        seconds=600,
+        row_cost_s=2e-5,  # 20,000 rows a second cost 0.4 s of every second
+        arrivals=Arrivals(2000, step_at_s=200, step_rows_per_s=20_000),
+    )
+    before = live_after(batches, 100)[0].interval_s
+    after = live_after(batches, 400)
+    assert p95([b.freshness_s for b in after]) <= 5.0
+    assert max(b.interval_s for b in after) < before
+
+
+def test_a_target_that_cannot_be_met_runs_batches_back_to_back_and_says_why():
+    batches = simulate(
+        config(interval="30s", freshness_target="5s"),
+        backlog_rows=0,
+        live_rows_per_s=2000,
+        seconds=200,
+        overhead_s=6.0,
+    )
+    reasons = [b.interval_reason for b in batches if b.interval_reason]
+    assert reasons[-1].startswith(
+        "freshness target 5s cannot be met: at the shortest interval (0.00s, min-pause)"
+    )
+    assert {b.interval_s for b in live_after(batches, 100)} == {0.0}
+    assert len(reasons) == 2
+
+
+def test_the_interval_bounds_the_choice_from_above_and_min_pause_from_below():
+    run = dict(backlog_rows=0, live_rows_per_s=2000, seconds=200)
+    capped = simulate(config(interval="2s", freshness_target="5s"), **run)
+    assert {b.interval_s for b in live_after(capped, 20)} == {2.0}
+    paused = simulate(
+        config(interval="30s", freshness_target="5s", min_pause="4.5s"), overhead_s=1.0, **run
+    )
+    assert {b.interval_s for b in live_after(paused, 100)} == {4.5}
+
+
+def test_a_new_target_applies_at_once_and_is_said():
+    clock = FakeClock()
+    decider = CheckpointDecider(config(interval="30s"), clock)
+    decider.on_batch_committed(committed(clock, 0, 0.5, 10), job_is_backlog=False)
+    assert decider.decision.interval_s == 30.0
+    decision = decider.reconfigure(config(interval="30s", freshness_target="4s"))
+    assert (decision.interval_s, decision.due_at) == (2.0, clock.now + 2.0)
+    assert decision.interval_reason == (
+        "freshness target 4s: 2.00s until 3 live batches are measured"
+    )
+    clock.advance(1.5)
+    following = decider.on_batch_committed(committed(clock, 1, 0.5, 10), job_is_backlog=False)
+    assert following.interval_s == 2.0 and following.interval_reason is None

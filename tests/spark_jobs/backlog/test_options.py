@@ -23,7 +23,8 @@ def test_every_declared_key_is_read():
     values = {
         "spark.backlog.checkpointing.interval": "1d",
         "spark.backlog.checkpointing.interval-during-backlog": "1d",
-        "spark.backlog.checkpointing.min-pause": "1d",
+        "spark.backlog.checkpointing.freshness-target": "1d",
+        "spark.backlog.checkpointing.min-pause": "12h",
         "spark.backlog.checkpointing.max-batch-rows": f"{MAX_COUNT}",
         "spark.backlog.job-name": "nightly orders",
         "spark.backlog.run-id": "run 1",
@@ -41,8 +42,8 @@ def test_every_declared_key_is_read():
     assert tuple(values) == KEYS
     config = BacklogConfig.from_spark_conf(values)
     assert config.describe() == (
-        "job=nightly orders run=run 1 interval=1d interval-during-backlog=1d min-pause=1d "
-        "max-batch-rows=1000000000000 offset-lag=enter>1000000000000,leave<=0 "
+        "job=nightly orders run=run 1 interval=1d interval-during-backlog=1d min-pause=12h "
+        "max-batch-rows=1000000000000 freshness-target=1d offset-lag=enter>1000000000000,leave<=0 "
         "watermark-lag=enter>30d,leave<=0 lag-min-dwell=1d metrics-retention=366d "
         "wait-for-handover=1d"
     )
@@ -55,11 +56,11 @@ def test_the_page_has_one_row_per_option_saying_its_default_bounds_and_meaning()
         "| `spark.backlog.checkpointing.interval` | `30s` | duration from `1ms` to `1d` | yes "
         "| checkpoint interval in real time |"
     )
-    assert rows[3] == (
+    assert rows[4] == (
         "| `spark.backlog.checkpointing.max-batch-rows` | `1000000` | whole number from 1 to "
         "1_000_000_000_000 | no | rows per batch at most, to bound memory |"
     )
-    assert rows[4].startswith(
+    assert rows[5].startswith(
         "| `spark.backlog.job-name` | `spark.app.name` | 1-200 printable characters | no |"
     )
 

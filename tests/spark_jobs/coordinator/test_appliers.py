@@ -50,6 +50,12 @@ def test_backlog_runs_back_to_back_with_the_limit_the_source_gives():
     assert settings.source_options == {}
 
 
+def test_live_triggers_follow_the_interval_a_freshness_target_chose():
+    applier = RestartApplier(CONFIG, FileLimits(1000))
+    chosen = Decision(False, 3.2, 0.0, 1_000_000, False, "freshness target 5s: ...")
+    assert applier.settings_for(chosen) == TriggerSettings(False, 3.2)
+
+
 def test_a_kafka_backlog_batch_takes_one_offset_per_row():
     applier = RestartApplier(CONFIG, NativeKafkaProbe("events"))
     assert applier.settings_for(decision(True, 45_500)) == backlog("maxOffsetsPerTrigger", 45_500)

@@ -108,7 +108,8 @@ def test_requests_are_validated_applied_or_rejected_and_answered(tmp_path):
             "rejected",
             "invalid backlog configuration:\n  spark.backlog.checkpointing.min-pause = '1s' "
             "cannot change while the job runs; only spark.backlog.checkpointing.interval, "
-            "spark.backlog.checkpointing.interval-during-backlog can",
+            "spark.backlog.checkpointing.interval-during-backlog, "
+            "spark.backlog.checkpointing.freshness-target can",
             "run-7",
         ),
         (

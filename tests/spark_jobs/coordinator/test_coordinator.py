@@ -1,5 +1,6 @@
+import dataclasses
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import sqlalchemy as sa
@@ -10,7 +11,13 @@ from spark_jobs.backlog.status import SourceStatus
 from spark_jobs.coordinator.appliers import SourceGatedApplier
 from spark_jobs.coordinator.coordinator import BacklogCoordinator, Seed
 from spark_jobs.coordinator.progress import BatchProgress
-from spark_jobs.metrics.schema import as_utc, backlog_checkpoints, backlog_transitions, make_engine
+from spark_jobs.metrics.schema import (
+    as_utc,
+    backlog_checkpoints,
+    backlog_interval_changes,
+    backlog_transitions,
+    make_engine,
+)
 from spark_jobs.metrics.writer import MetricsWriter
 from spark_jobs.sources.gate import PlanChannel
 from tests.spark_jobs.backlog.simulation import FakeClock
@@ -549,3 +556,69 @@ def test_a_seed_from_another_query_names_only_what_changed(make_parts, tmp_path)
         assert [r["reason"] for r in rows(engine, backlog_transitions)] == [
             "reported: orders is live"
         ]
+
+
+def live_batch_at(batch_id: int, started_s: float, oldest_event_s: float) -> BatchProgress:
+    """The recorded live batch, started ``started_s`` after its own start, its oldest event
+    ``oldest_event_s`` before that; it takes 1.192 s."""
+    live = BatchProgress.from_json(recorded("hybrid_live"))
+    started_at = live.started_at + timedelta(seconds=started_s)
+    oldest_ms = round((started_at.timestamp() - oldest_event_s) * 1000)
+    return dataclasses.replace(
+        live,
+        batch_id=batch_id,
+        started_at=started_at,
+        observed_metrics={"event_time": {"min_ms": oldest_ms}},
+    )
+
+
+def test_a_freshness_target_chooses_the_live_interval_and_records_each_change(make_parts):
+    target = {"spark.backlog.checkpointing.freshness-target": "5s"}
+    coordinator, _, writer, engine, clock = make_parts(CONF | target)
+    for n in range(5):  # every batch 2.5 s after the last; its oldest row 2.7 s old at start
+        batch = live_batch_at(n, 2.5 * n, 2.7)
+        clock.now = batch.committed_at.timestamp()
+        coordinator.on_progress(batch)
+    coordinator.reconfigure(
+        BacklogConfig.from_spark_conf(
+            CONF | target | {"spark.backlog.checkpointing.freshness-target": "3s"}
+        )
+    )
+    assert writer.flush()
+
+    changes = rows(engine, backlog_interval_changes)
+    assert [(c["run_id"], c["interval_ms"]) for c in changes] == [
+        ("run-1", 2000),  # half the target, at most the interval (2 s)
+        ("run-1", 1053),  # 3.89 s old at 2 s: 0.89 s shorter, and 5% headroom
+    ]
+    assert [c["reason"] for c in changes] == [
+        "freshness target 5s: 2.00s until 3 live batches are measured",
+        "freshness target 3s: 1.05s keeps p95 freshness at 2.94s over the last 4 live batches",
+    ]
+    assert as_utc(changes[1]["at"]) == datetime.fromtimestamp(clock.now, UTC)
+    # the checkpoints say the interval each was followed by
+    intervals = [c["effective_interval_ms"] for c in rows(engine, backlog_checkpoints)]
+    assert intervals == [2000] * 5
+
+
+def test_with_room_under_the_target_the_interval_grows_and_each_step_is_recorded(make_parts):
+    wide = {
+        "spark.backlog.checkpointing.interval": "1min",
+        "spark.backlog.checkpointing.interval-during-backlog": "1min",
+        "spark.backlog.checkpointing.freshness-target": "10s",
+    }
+    coordinator, _, writer, engine, clock = make_parts(CONF | wide)
+    started = 0.0
+    for n in range(8):
+        interval = coordinator.decider.decision.interval_s
+        started += interval
+        batch = live_batch_at(n, started, interval + 0.5)  # its rows waited one interval
+        clock.now = batch.committed_at.timestamp()
+        coordinator.on_progress(batch)
+    assert writer.flush()
+    changes = rows(engine, backlog_interval_changes)
+    # 6.69 s old at 5 s; each second more adds 1.24 s (its rows' share of 1.19 s a batch)
+    assert [c["interval_ms"] for c in changes] == [5000, 7671]
+    assert changes[1]["reason"] == (
+        "freshness target 10s: 7.67s keeps p95 freshness at 10.00s over the last 3 live batches"
+    )
