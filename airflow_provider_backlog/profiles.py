@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spark_jobs.backlog.config import (
+    FRESHNESS_TARGET,
     INTERVAL,
     INTERVAL_DURING_BACKLOG,
     JOB_NAME,
@@ -21,6 +22,12 @@ from spark_jobs.backlog.config import (
 
 #: JVM memory sizes as spark-submit takes them: 512m, 4g, 1024k.
 _MEMORY = re.compile(r"^[1-9]\d*[kmgtp]?b?$", re.IGNORECASE)
+#: The profile's fields that are Spark conf keys.
+_FIELD_KEYS = {
+    "interval": INTERVAL,
+    "interval_during_backlog": INTERVAL_DURING_BACKLOG,
+    "freshness_target": FRESHNESS_TARGET,
+}
 #: Keys the launch sets itself, per job and run.
 _LAUNCH_KEYS = (JOB_NAME, RUN_ID, METRICS_URL)
 
@@ -38,6 +45,10 @@ class PhaseProfile:
     :param interval_during_backlog: The checkpoint interval while the job processes a backlog
         (``spark.backlog.checkpointing.interval-during-backlog``): ``"0"``, or a duration from
         ``interval`` to ``1d``; None (the default) means the same as ``interval``.
+    :param freshness_target: Once every source is live, let the job choose the live interval
+        (``spark.backlog.checkpointing.freshness-target``): the largest, up to ``interval``,
+        that keeps the p95 of live freshness at or under this duration; None (the default)
+        checkpoints every ``interval`` live.
     :param num_executors: spark-submit's ``--num-executors``: a whole number of at least 1;
         None (the default) leaves it to Spark, as do the other resources.
     :param executor_cores: spark-submit's ``--executor-cores``, at least 1.
@@ -52,6 +63,7 @@ class PhaseProfile:
 
     interval: str
     interval_during_backlog: str | None = None
+    freshness_target: str | None = None
     num_executors: int | None = None
     executor_cores: int | None = None
     total_executor_cores: int | None = None
@@ -71,7 +83,7 @@ class PhaseProfile:
                 problems.append(
                     f"{name} = {value!r}: expected a JVM memory size such as 512m or 4g"
                 )
-        for key in (INTERVAL, INTERVAL_DURING_BACKLOG):
+        for key in _FIELD_KEYS.values():
             if key in self.conf:
                 problems.append(f"conf {key!r}: set it as the profile's own field instead")
         for key in _LAUNCH_KEYS:
@@ -87,9 +99,13 @@ class PhaseProfile:
     def spark_conf(self, job_name: str, run_id: str, metrics_url: str) -> dict[str, str]:
         """The Spark conf of one run of ``job_name`` in this profile."""
         conf = {str(key): str(value) for key, value in self.conf.items()}
-        conf[INTERVAL] = self.interval
-        if self.interval_during_backlog is not None:
-            conf[INTERVAL_DURING_BACKLOG] = self.interval_during_backlog
+        conf.update(
+            {
+                key: value
+                for name, key in _FIELD_KEYS.items()
+                if (value := getattr(self, name)) is not None
+            }
+        )
         conf.update({JOB_NAME: job_name, RUN_ID: run_id, METRICS_URL: metrics_url})
         return conf
 
@@ -105,8 +121,10 @@ class PhaseProfile:
         return {name: getattr(self, name) for name in names if getattr(self, name) is not None}
 
     def describe(self) -> str:
-        parts = [f"interval={self.interval}"]
-        if self.interval_during_backlog is not None:
-            parts.append(f"interval-during-backlog={self.interval_during_backlog}")
+        parts = [
+            f"{key.rsplit('.', 1)[1]}={value}"
+            for name, key in _FIELD_KEYS.items()
+            if (value := getattr(self, name)) is not None
+        ]
         parts += [f"{name.replace('_', '-')}={value}" for name, value in self.resources().items()]
         return " ".join(parts)

@@ -1,5 +1,5 @@
 """Talking to a running job through the metrics database: change its checkpoint intervals
-without a restart, or stop it gracefully. The job's coordinator answers each request."""
+(or freshness target) without a restart, or stop it gracefully. The job's coordinator answers each request."""
 
 from __future__ import annotations
 
@@ -11,8 +11,11 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_provider_backlog.hooks.metrics import BacklogMetricsHook
-from spark_jobs.backlog.config import INTERVAL, INTERVAL_DURING_BACKLOG
+from spark_jobs.backlog.config import FRESHNESS_TARGET, INTERVAL, INTERVAL_DURING_BACKLOG
 from spark_jobs.metrics.schema import RECONFIGURE
+
+#: What a reconfiguration may set, as its parameters are named.
+_SETTINGS = "interval, interval_during_backlog, freshness_target"
 
 
 class _JobRequestOperator(BaseOperator):
@@ -42,8 +45,9 @@ class _JobRequestOperator(BaseOperator):
 
 
 class BacklogReconfigureOperator(_JobRequestOperator):
-    """Sets ``interval`` and/or ``interval-during-backlog`` (Spark duration strings such as
-    ``5s`` or ``2min``) of the running job ``job_name``, and waits for its answer.
+    """Sets ``interval``, ``interval-during-backlog`` and/or ``freshness-target`` (Spark
+    duration strings such as ``5s`` or ``2min``) of the running job ``job_name``, and waits
+    for its answer.
 
     The job's coordinator validates the request as it validates its startup settings; a
     rejection fails the task with the coordinator's message, and the job keeps running with
@@ -54,7 +58,10 @@ class BacklogReconfigureOperator(_JobRequestOperator):
         unit, from ``1ms`` to ``1d``; None (the default) keeps the current one. (templated)
     :param interval_during_backlog: The new ``interval-during-backlog``: ``0`` (no periodic
         checkpoint during backlog) or a duration from ``interval`` to ``1d``; None (the
-        default) keeps the current one. At least one of the two must be set. (templated)
+        default) keeps the current one. (templated)
+    :param freshness_target: The new ``freshness-target``: a duration above ``min-pause``;
+        the job then chooses its live interval for it at once. None (the default) keeps the
+        current one. At least one of the three must be set. (templated)
     :param job_name: The running job's name. (templated)
     :param metrics_conn_id: The ``backlog_metrics`` connection whose database the job
         reads requests from; default ``backlog_metrics_default``.
@@ -64,32 +71,36 @@ class BacklogReconfigureOperator(_JobRequestOperator):
     :param poll_interval_s: Seconds between reads of the request's status; default 1.
     """
 
-    template_fields = ("job_name", "interval", "interval_during_backlog")
+    template_fields = ("job_name", "interval", "interval_during_backlog", "freshness_target")
 
     def __init__(
         self,
         *,
         interval: str | None = None,
         interval_during_backlog: str | None = None,
+        freshness_target: str | None = None,
         **kwargs: Any,
     ):
         super().__init__(**kwargs)
-        if interval is None and interval_during_backlog is None:
-            raise ValueError("set interval, interval_during_backlog, or both")
+        if interval is None and interval_during_backlog is None and freshness_target is None:
+            raise ValueError(f"set at least one of {_SETTINGS}")
         self.interval = interval
         self.interval_during_backlog = interval_during_backlog
+        self.freshness_target = freshness_target
 
     def execute(self, context: Any) -> str:
         # Templates may render to None (native rendering of an empty param) or a number.
         wanted = (
             (INTERVAL, self.interval),
             (INTERVAL_DURING_BACKLOG, self.interval_during_backlog),
+            (FRESHNESS_TARGET, self.freshness_target),
         )
         settings = {key: str(value) for key, value in wanted if value not in (None, "")}
         if not settings:
+            rendered = (self.interval, self.interval_during_backlog, self.freshness_target)
             raise AirflowException(
-                "interval and interval_during_backlog are both empty once rendered "
-                f"({self.interval!r}, {self.interval_during_backlog!r}): set at least one"
+                f"{_SETTINGS} are all empty once rendered ({', '.join(map(repr, rendered))}): "
+                "set at least one"
             )
         answer = self.hook.ask(
             str(self.job_name),

@@ -56,3 +56,24 @@ def test_a_rarer_backlog_interval_is_required_as_the_job_requires_it():
         ValueError, match=r"interval-during-backlog = '1s' is invalid: it must be 0"
     ):
         PhaseProfile("2s", "1s")
+
+
+def test_a_freshness_target_is_a_field_checked_as_the_job_checks_it():
+    live = PhaseProfile("30s", freshness_target="5s")
+    assert (
+        live.spark_conf("events", "r1", "sqlite://")["spark.backlog.checkpointing.freshness-target"]
+        == "5s"
+    )
+    assert live.describe() == "interval=30s freshness-target=5s"
+    with pytest.raises(ValueError) as raised:
+        PhaseProfile(
+            "30s",
+            freshness_target="soon",
+            conf={"spark.backlog.checkpointing.freshness-target": "5s"},
+        )
+    message = str(raised.value)
+    assert (
+        "conf 'spark.backlog.checkpointing.freshness-target': set it as the profile's own "
+        "field instead"
+    ) in message
+    assert "spark.backlog.checkpointing.freshness-target = 'soon' is invalid" in message

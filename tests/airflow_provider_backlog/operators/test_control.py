@@ -97,8 +97,34 @@ def test_no_running_job_fails_the_task_and_a_later_run_does_not_act_on_it(connec
 
 
 def test_nothing_to_change_is_refused_when_the_dag_is_parsed():
-    with pytest.raises(ValueError, match=r"^set interval, interval_during_backlog, or both$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^set at least one of interval, interval_during_backlog, freshness_target$",
+    ):
         BacklogReconfigureOperator(task_id="x", job_name="events")
+
+
+def test_settings_that_render_empty_fail_the_task_naming_each(running_job):
+    with pytest.raises(AirflowException) as raised:
+        reconfigure(interval="", freshness_target=None).execute({})
+    assert str(raised.value) == (
+        "interval, interval_during_backlog, freshness_target are all empty once rendered "
+        "('', None, None): set at least one"
+    )
+
+
+def test_a_freshness_target_set_on_a_running_job_chooses_its_live_interval(running_job):
+    answer = reconfigure(freshness_target="3s").execute({})
+    assert answer == (
+        "job=events run=run-1 interval=2s interval-during-backlog=1min min-pause=0 "
+        "max-batch-rows=1000000 freshness-target=3s"
+    )
+    # nothing measured yet: half the target
+    assert running_job.decider.decision.interval_s == 1.5
+    with pytest.raises(AirflowException) as raised:
+        reconfigure(freshness_target="0").execute({})
+    assert "spark.backlog.checkpointing.freshness-target = '0' is invalid: " in str(raised.value)
+    assert running_job.config.freshness_target_s == 3.0
 
 
 def test_a_stop_is_answered_and_waits_until_the_run_has_ended(running_job, connected):
