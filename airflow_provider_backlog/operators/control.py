@@ -1,5 +1,6 @@
 """Talking to a running job through the metrics database: change its checkpoint intervals
-(or freshness target) without a restart, or stop it gracefully. The job's coordinator answers each request."""
+(or freshness target) without a restart, or stop it gracefully. The job's coordinator
+answers each request."""
 
 from __future__ import annotations
 
