@@ -19,14 +19,21 @@ from airflow_provider_backlog.hooks.metrics_rows import (
     CHECKPOINT_COLUMNS,
     checkpoint,
     control_request,
+    interval_change,
     transition,
 )
-from airflow_provider_backlog.hooks.metrics_values import Checkpoint, ControlRequest, Transition
+from airflow_provider_backlog.hooks.metrics_values import (
+    Checkpoint,
+    ControlRequest,
+    IntervalChange,
+    Transition,
+)
 from spark_jobs.metrics.lease import Lease, latest_lease
 from spark_jobs.metrics.schema import (
     as_utc,
     backlog_checkpoints,
     backlog_control,
+    backlog_interval_changes,
     backlog_leases,
     backlog_transitions,
 )
@@ -35,6 +42,7 @@ from spark_jobs.metrics.schema import (
 MAX_CHECKPOINTS = 2000
 MAX_TRANSITIONS = 500
 MAX_REQUESTS = 200
+MAX_INTERVAL_CHANGES = 500
 #: The latest checkpoints a job's freshness is judged by.
 RECENT_CHECKPOINTS = 20
 
@@ -79,6 +87,8 @@ class JobHistory:
     :param transitions_cut: True when older transitions of the period were left out.
     :param requests: The requests made in it, oldest first: the newest ``MAX_REQUESTS``.
     :param requests_cut: True when older requests of the period were left out.
+    :param interval_changes: The live intervals chosen in it for a freshness target,
+        oldest first: the newest ``MAX_INTERVAL_CHANGES``.
     :param lease: The job's most recently taken lease; None when no run ever took one.
     """
 
@@ -94,6 +104,7 @@ class JobHistory:
     requests: tuple[ControlRequest, ...]
     requests_cut: bool
     lease: Lease | None
+    interval_changes: tuple[IntervalChange, ...] = ()
 
 
 def aware_utc(value: datetime, name: str) -> datetime:
@@ -241,6 +252,14 @@ def job_history(
         MAX_REQUESTS,
         control_request,
     )
+    i = backlog_interval_changes
+    changes, _ = _newest(
+        connection,
+        sa.select(i).where(i.c.job_name == job_name, i.c.at >= since, i.c.at <= until),
+        (i.c.at,),
+        MAX_INTERVAL_CHANGES,
+        interval_change,
+    )
     return JobHistory(
         job_name=job_name,
         since=since,
@@ -258,4 +277,5 @@ def job_history(
         requests=requests,
         requests_cut=requests_cut,
         lease=latest_lease(connection, job_name),
+        interval_changes=changes,
     )

@@ -15,6 +15,7 @@ import sqlalchemy as sa
 from airflow_provider_backlog.hooks.metrics_values import (
     Checkpoint,
     ControlRequest,
+    IntervalChange,
     OperatorStatus,
     SourceReport,
     Transition,
@@ -120,6 +121,10 @@ def transition(row: sa.RowMapping) -> Transition:
         is_backlog=bool(row["is_backlog"]),
         operators=operator_statuses(row["operators"]),
     )
+
+
+def interval_change(row: sa.RowMapping) -> IntervalChange:
+    return _read(IntervalChange, row, at=_utc(row["at"]))
 
 
 def control_request(row: sa.RowMapping) -> ControlRequest:

@@ -163,6 +163,22 @@ class Transition:
 
 
 @dataclass(frozen=True)
+class IntervalChange:
+    """A new live interval the job chose for its freshness target.
+
+    :param run_id: The run that chose it.
+    :param at: When (aware, UTC).
+    :param interval_ms: The interval chosen.
+    :param reason: Why: the freshness it keeps, or why the target cannot be met.
+    """
+
+    run_id: str
+    at: datetime
+    interval_ms: int
+    reason: str
+
+
+@dataclass(frozen=True)
 class ControlRequest:
     """A request Airflow made to the job (``reconfigure`` or ``stop``) and its answer.
 

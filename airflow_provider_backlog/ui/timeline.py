@@ -1,6 +1,7 @@
 """A job's period on one time axis: its phases shaded (hatched where a lag rule, not the
 phase of a source, holds it in backlog), each checkpoint as a mark sized by the rows it
-read, the effective checkpoint interval as a step line, and what changed the job: its
+read, the effective checkpoint interval as a step line (with a mark, and its reason, where a
+freshness target chose a new one), and what changed the job: its
 transitions (numbered, as in the list under the chart), its runs' launches and ends, and
 the requests made to it. Each mark carries a ``data-`` attribute saying what it is.
 """
@@ -12,7 +13,7 @@ import math
 from markupsafe import Markup
 
 from airflow_provider_backlog.hooks.metrics_reads import JobHistory
-from airflow_provider_backlog.hooks.metrics_values import Checkpoint
+from airflow_provider_backlog.hooks.metrics_values import Checkpoint, IntervalChange
 from airflow_provider_backlog.ui import fmt
 from airflow_provider_backlog.ui.runs import Boundary, Span
 from airflow_provider_backlog.ui.svg import (
@@ -71,9 +72,13 @@ def _span(span: Span, x: TimeScale) -> Markup:
     return element("g", {"data-span": kind}, title(text), *shapes)
 
 
-def _interval_line(checkpoints: tuple[Checkpoint, ...], x: TimeScale) -> Markup:
-    """Each checkpoint's interval, held from its commit to the next one of its run."""
+def _interval_line(
+    checkpoints: tuple[Checkpoint, ...], changes: tuple[IntervalChange, ...], x: TimeScale
+) -> Markup:
+    """Each checkpoint's interval, held from its commit to the next one of its run, and each
+    interval a freshness target chose, where it was chosen."""
     known = [c.effective_interval_ms for c in checkpoints if c.effective_interval_ms is not None]
+    known += [change.interval_ms for change in changes]
     if not known:
         return Markup("")
     y = Scale(0, max(known), INTERVAL_ZERO, INTERVAL_TOP)
@@ -95,7 +100,19 @@ def _interval_line(checkpoints: tuple[Checkpoint, ...], x: TimeScale) -> Markup:
     ]
     label = element("text", {"class": "tick end", "x": LEFT - 6, "y": TOP}, "interval")
     line = element("path", {"class": "interval", "d": "".join(path)})
-    return Markup("").join([*axis, label, line])
+    chosen = [
+        element(
+            "g",
+            {"class": "interval-change", "data-interval-change": change.run_id},
+            title(
+                f"{fmt.utc(change.at)}, run {change.run_id}: interval "
+                f"{fmt.milliseconds(change.interval_ms)}: {change.reason}"
+            ),
+            element("circle", {"cx": x(change.at), "cy": y(change.interval_ms), "r": 3}),
+        )
+        for change in changes
+    ]
+    return Markup("").join([*axis, label, line, *chosen])
 
 
 def _checkpoint(checkpoint: Checkpoint, x: TimeScale, most_rows: int) -> Markup:
@@ -148,7 +165,7 @@ def timeline(history: JobHistory, phases: list[Span], marks: list[Boundary]) -> 
     parts = [
         _hatch(),
         *(_span(span, x) for span in phases if span.is_backlog),
-        _interval_line(history.checkpoints, x),
+        _interval_line(history.checkpoints, history.interval_changes, x),
         time_axis(x, BOTTOM),
         *(_checkpoint(c, x, most_rows) for c in history.checkpoints),
         *(_boundary(mark, x) for mark in marks),

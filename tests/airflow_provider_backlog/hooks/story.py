@@ -6,7 +6,8 @@ the pages built on them to be checked against.
   live at T0+25 s, 3 live checkpoints; then its driver died (a later run took over);
 - run ``r2`` (launched at T0+115 s, its lease live until T0+400 s, Spark UI): 2 checkpoints
   held in backlog by ``offset-lag``, a transition to live at T0+145 s, 1 live checkpoint; a
-  reconfigure request at T0+130 s that it applied;
+  reconfigure request at T0+130 s that it applied, and a live interval of 4 s chosen for its
+  freshness target at T0+125 s;
 - every checkpoint has its duration parts and state but ``r1``'s last, which its driver
   died before recording: ``r2`` rebuilt it (``recovered``, no sources, parts None).
 
@@ -22,9 +23,11 @@ import sqlalchemy
 
 from spark_jobs.metrics.schema import (
     CheckpointRow,
+    IntervalChangeRow,
     TransitionRow,
     backlog_checkpoints,
     backlog_control,
+    backlog_interval_changes,
     backlog_leases,
     backlog_transitions,
     make_engine,
@@ -133,6 +136,15 @@ ORDERS_TRANSITIONS = [
         operators=json.dumps(OPERATORS),
     ),
 ]
+ORDERS_INTERVAL_CHANGES = [
+    IntervalChangeRow(
+        "orders",
+        "r2",
+        seconds(125),
+        4000,
+        "freshness target 5s: 4.00s keeps p95 freshness at 4.70s over the last 3 live batches",
+    )
+]
 LEGACY_CHECKPOINTS = [
     CheckpointRow(
         job_name="legacy",
@@ -188,6 +200,7 @@ def write_story(url: str) -> None:
         for table, rows in (
             (backlog_checkpoints, [*ORDERS_CHECKPOINTS, *LEGACY_CHECKPOINTS]),
             (backlog_transitions, ORDERS_TRANSITIONS),
+            (backlog_interval_changes, ORDERS_INTERVAL_CHANGES),
         ):
             connection.execute(table.insert(), [row_values(row) for row in rows])
         connection.execute(backlog_leases.insert(), LEASES)
@@ -213,14 +226,19 @@ ADDED = {
     "state_operators",
     "operators",
 }
+#: The tables this release added.
+ADDED_TABLES = {"backlog_interval_changes"}
 
 
 def write_release_before(
     url: str, checkpoints: list[CheckpointRow], transitions: list[TransitionRow]
 ) -> None:
-    """The tables as the release before created them (without ``ADDED``), with these rows."""
+    """The tables as the release before created them (without ``ADDED`` and
+    ``ADDED_TABLES``), with these rows."""
     old = sqlalchemy.MetaData()
     for table in metadata.sorted_tables:
+        if table.name in ADDED_TABLES:
+            continue
         sqlalchemy.Table(
             table.name,
             old,

@@ -91,6 +91,10 @@ def test_a_history_holds_the_period_and_names_the_runs_around_it(story):
         False,
     )
     assert history.lease.run_id == "r2"
+    assert [(c.run_id, c.at, c.interval_ms) for c in history.interval_changes] == [
+        ("r2", seconds(125), 4000)
+    ]
+    assert history.interval_changes[0].reason.startswith("freshness target 5s: 4.00s keeps")
     empty = story.job_history("orders", seconds(60), seconds(110))
     assert (empty.checkpoints, empty.run_before, empty.run_after) == ((), "r1", "r2")
 
@@ -138,7 +142,9 @@ def test_a_database_of_the_release_before_is_migrated_and_read(metrics_url, monk
         (0, None, None, None),
         (1, None, None, None),
     ]
-    assert hook.job_history("orders", T0, seconds(60)).transitions[0].operators is None
+    history = hook.job_history("orders", T0, seconds(60))
+    assert history.transitions[0].operators is None
+    assert history.interval_changes == ()  # the table is created where missing
     columns = {c["name"] for c in sa.inspect(hook.engine).get_columns("backlog_checkpoints")}
     assert ADDED - {"operators"} <= columns
 
@@ -181,7 +187,7 @@ def test_the_reads_are_answered_from_indexes(postgres_server, monkeypatch):
                 lines = connection.exec_driver_sql(f"EXPLAIN {statement}", parameters)
                 plans.append((statement, "\n".join(lines.scalars())))
     engine.dispose()
-    assert len(plans) == 14
+    assert len(plans) == 15
     for statement, plan in plans:
         assert "Seq Scan" not in plan, f"{statement}\n{plan}"
         # A job's requests are few: sorting them is cheap (no index orders them by time).

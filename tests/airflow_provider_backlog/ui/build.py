@@ -9,6 +9,7 @@ from airflow_provider_backlog.hooks.metrics_reads import JobHistory
 from airflow_provider_backlog.hooks.metrics_values import (
     Checkpoint,
     ControlRequest,
+    IntervalChange,
     SourceReport,
     Transition,
 )
@@ -99,6 +100,7 @@ def history(
     until: float = 100,
     transitions: tuple[Transition, ...] = (),
     requests: tuple[ControlRequest, ...] = (),
+    interval_changes: tuple[IntervalChange, ...] = (),
     lease: Lease | None = None,
     run_before: str | None = None,
     run_after: str | None = None,
@@ -116,4 +118,5 @@ def history(
         requests=requests,
         requests_cut=False,
         lease=lease,
+        interval_changes=interval_changes,
     )

@@ -1,8 +1,10 @@
 import xml.etree.ElementTree as ET
 
+from airflow_provider_backlog.hooks.metrics_values import IntervalChange
 from airflow_provider_backlog.ui.runs import boundaries, runs, spans
 from airflow_provider_backlog.ui.timeline import MAX_RADIUS, MIN_RADIUS, timeline
 from tests.airflow_provider_backlog.ui.build import (
+    at,
     checkpoint,
     history,
     lease,
@@ -63,6 +65,28 @@ def test_the_interval_steps_at_each_commit_and_breaks_between_runs():
     (line,) = [p for p in svg.iter("path") if p.get("class") == "interval"]
     # x = 72 + 8.72 px/s; y: 60 s at 36, 0 at 124.
     assert line.get("d") == "M72,36H159.2V36H246.4V109.3M333.6,109.3"
+
+
+def test_each_interval_a_freshness_target_chose_is_marked_on_the_line_with_its_reason():
+    reason = "freshness target 5s: 4.00s keeps p95 freshness at 4.70s over the last 3 live batches"
+    svg = drawn(
+        history(
+            checkpoint("r1", 0, 0, interval_ms=2000),
+            checkpoint("r1", 1, 20, interval_ms=4000),
+            interval_changes=(
+                IntervalChange("r1", at(0), 2000, "first"),
+                IntervalChange("r1", at(10), 4000, reason),
+            ),
+        )
+    )
+    changes = [g for g in svg.iter("g") if g.get("data-interval-change")]
+    assert [g.get("data-interval-change") for g in changes] == ["r1", "r1"]
+    assert changes[1].find("title").text == (
+        f"2026-11-21T12:00:10Z, run r1: interval 4.0 s: {reason}"
+    )
+    # on the line: 4 s at its top (36), 2 s half way down to 0 (124); x = 72 + 8.72 px/s
+    dots = [(c.get("cx"), c.get("cy")) for g in changes for c in g.iter("circle")]
+    assert dots == [("72", "80"), ("159.2", "36")]
 
 
 def test_a_period_without_checkpoints_is_an_empty_axis():
