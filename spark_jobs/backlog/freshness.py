@@ -14,7 +14,8 @@ or under the target follows from its numbers, and the chosen interval is the 5th
 percentile of those limits over recent batches: the p95 of freshness meets the target.
 A batch that starts late (the trigger's tick, the listener's delay, a batch that ran
 longer than the interval) shows in its freshness, and so in the choice. Shorter intervals
-are taken at once; longer ones at most double per batch, since they are extrapolated.
+are taken at once; longer ones at most double per batch, since they are extrapolated; both
+aim 5% below what the target allows.
 
 Pure, like the decider: it is given measurements and returns choices.
 """
@@ -36,12 +37,12 @@ FIRST_MEASURED = 3
 #: an interval near zero).
 MAX_GROWTH = 2.0
 MAX_GROWTH_S = 0.5
-#: It grows only when the target allows this much more (relative, and seconds), and a
-#: shrink goes this much below what the target allows: the interval does not follow every
-#: batch's noise.
+#: The interval aims this far below what the target allows, so that a batch's noise does
+#: not cross the target, and it grows only by this much at least (relative, and seconds):
+#: it does not follow every batch's noise either.
+HEADROOM = 0.95
 GROWTH_STEP = 1.1
 GROWTH_STEP_S = 0.1
-SHRINK_HEADROOM = 0.95
 
 
 @dataclass(frozen=True)
@@ -186,13 +187,12 @@ class FreshnessWindow:
 
 
 def _step(allowed_s: float, current_s: float | None) -> float:
-    """The next interval from the current one, towards what the target allows."""
-    if current_s is None:
-        return allowed_s
-    if allowed_s < current_s:
-        return allowed_s * SHRINK_HEADROOM
-    if allowed_s >= max(current_s * GROWTH_STEP, current_s + GROWTH_STEP_S):
-        return min(allowed_s, max(current_s * MAX_GROWTH, current_s + MAX_GROWTH_S))
+    """The next interval from the current one, towards a little less than the target allows."""
+    aim = allowed_s * HEADROOM
+    if current_s is None or allowed_s < current_s:
+        return aim
+    if aim >= max(current_s * GROWTH_STEP, current_s + GROWTH_STEP_S):
+        return min(aim, max(current_s * MAX_GROWTH, current_s + MAX_GROWTH_S))
     return current_s
 
 
