@@ -26,9 +26,11 @@ import json
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from spark_jobs.backlog.values import count_argument
 from spark_jobs.jobs.startup import JavaMissing, require_java
+from tools import freshness_benchmark
 from tools.broker import EmbeddedBroker
 from tools.cdc_runs import CdcRun, cdc_server, target_server
 from tools.postgres import PostgresUnavailable
@@ -354,7 +356,27 @@ def main(argv: list[str] | None = None) -> int:
         default=names,
         help="which to run (default: all); ratios need backlog-aware and the other",
     )
+    parser.add_argument(
+        "--freshness-target",
+        type=float,
+        help="seconds: instead of the three configurations, a fixed 1 s live interval against "
+        "this freshness target, with a rate step (tools/freshness_benchmark.py)",
+    )
+    parser.add_argument(
+        "--rate-step", type=count_argument, default=20_000, help="events/s after the step"
+    )
+    parser.add_argument("--window", type=float, default=60.0, help="seconds of steady live data")
+    parser.add_argument("--chart", type=Path, help="where to write the freshness chart")
     args = parser.parse_args(argv)
+    if args.freshness_target is not None:
+        args.live = args.live or ["landing", "kafka"]
+        if "postgres-cdc" in args.live:
+            parser.error("--freshness-target runs on the landing and kafka live phases")
+        try:
+            return freshness_benchmark.main(args, prepare_workspace(args))
+        except JavaMissing as error:
+            print(f"scripts/benchmark: {error}", file=sys.stderr)
+            return 2
     args.live = args.live or ["landing", "kafka", "postgres-cdc"]
     try:
         if args.live == ["postgres-cdc"]:  # no event files to write

@@ -107,10 +107,15 @@ class LiveProducer(threading.Thread):
         directory.mkdir(parents=True, exist_ok=True)
         self.directory = directory
         self.next_id = first_id
-        self.per_file = max(1, round(events_per_s * file_every_s))
         self.file_every_s = file_every_s
+        self.per_file = 1
+        self.set_rate(events_per_s)
         self.stats = ProducerStats()
         self._stop_event = threading.Event()
+
+    def set_rate(self, events_per_s: int) -> None:
+        """From the next file on, ``events_per_s`` events a second."""
+        self.per_file = max(1, round(events_per_s * self.file_every_s))
 
     def run(self) -> None:
         next_at = time.monotonic()
@@ -194,11 +199,14 @@ class KafkaProducerThread(threading.Thread):
         self._producer.flush(60)
         return sent_at
 
+    def set_rate(self, events_per_s: int) -> None:
+        """From the next slice on, ``events_per_s`` events a second."""
+        self.events_per_s = events_per_s
+
     def run(self) -> None:
-        per_slice = self.events_per_s / self.SLICES_PER_S
         next_at, owed = time.monotonic(), 0.0
         while not self._stop_event.is_set():
-            owed += per_slice
+            owed += self.events_per_s / self.SLICES_PER_S
             self.send(int(owed))
             owed -= int(owed)
             next_at += 1 / self.SLICES_PER_S

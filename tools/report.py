@@ -13,6 +13,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from spark_jobs.backlog.freshness import EVENT_TIME_OBSERVATION, oldest_event_at
 from spark_jobs.backlog.lag import OFFSETS_BEHIND_LATEST
 from spark_jobs.metrics.schema import as_utc, backlog_checkpoints, backlog_transitions, make_engine
 
@@ -42,6 +43,13 @@ class Checkpoint:
     #: The state it carried, over its stateful operators (None: it kept none).
     state_disk_bytes: int | None = None
     state_rows: int | None = None
+    #: The event time of its oldest row (None: no rows, or not observed).
+    oldest_event_s: float | None = None
+
+    @property
+    def freshness_s(self) -> float | None:
+        """Its commit minus its oldest row's event time: what a freshness target judges."""
+        return None if self.oldest_event_s is None else self.committed_at - self.oldest_event_s
 
     @property
     def duration_s(self) -> float:
@@ -75,7 +83,8 @@ def _checkpoint(row: sa.RowMapping) -> Checkpoint:
         lag.get(OFFSETS_BEHIND_LATEST, lag.get("files_behind"))
         for lag in (s.get("lag", {}) for s in sources)
     ]
-    observed = json.loads(row["observed_metrics"] or "{}").get("event_time", {})
+    metrics = json.loads(row["observed_metrics"] or "{}")
+    observed = metrics.get(EVENT_TIME_OBSERVATION, {})
     quantiles = tuple(ms / 1000 for ms in observed.get("quantiles_ms") or ())
     return Checkpoint(
         batch_id=row["batch_id"],
@@ -95,6 +104,7 @@ def _checkpoint(row: sa.RowMapping) -> Checkpoint:
         else row["batch_duration_ms"] - row["add_batch_ms"],
         state_disk_bytes=row["state_disk_bytes"],
         state_rows=row["state_rows_total"],
+        oldest_event_s=oldest_event_at(metrics),
     )
 
 

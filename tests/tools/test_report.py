@@ -34,7 +34,7 @@ def checkpoint(batch_id, start, seconds, backlog, rows, behind=0, quantiles=()):
 def test_load_reads_back_what_the_coordinator_wrote(tmp_path):
     url = f"sqlite:///{tmp_path}/m.db"
     sources = [{"name": "events", "is_backlog": False, "lag": {"files_behind": 2}}]
-    observed = {"event_time": {"rows": 10, "quantiles_ms": [1_000, 2_000]}}
+    observed = {"event_time": {"rows": 10, "min_ms": 500, "quantiles_ms": [1_000, 2_000]}}
     with MetricsWriter(url) as writer:
         writer.record_checkpoint(
             CheckpointRow(
@@ -71,7 +71,9 @@ def test_load_reads_back_what_the_coordinator_wrote(tmp_path):
         fixed_cost_ms=320,
         state_disk_bytes=3915,
         state_rows=5,
+        oldest_event_s=0.5,
     )
+    assert loaded.freshness_s == T0.timestamp() - 0.5
     assert transition["reason"] == "hybrid-phase: x"
 
 
