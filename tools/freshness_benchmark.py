@@ -65,6 +65,11 @@ class Window:
         )
 
 
+#: One chart panel: the targeted run's name, checkpoints, chosen intervals (at, seconds,
+#: reason) and rate step, and the fixed run's checkpoints.
+Panel = tuple[str, list[Checkpoint], list[tuple[float, float, str]], float | None, list[Checkpoint]]
+
+
 class RateStep:
     """A ``keep_going``: ``window_s`` of live data at the first rate, then ``rate`` events a
     second until the run is live again and ``window_s`` more have passed."""
@@ -113,27 +118,34 @@ def interval_changes(url: str, job: str) -> list[tuple[float, float, str]]:
     return [(epoch(at), ms / 1000, reason) for at, ms, reason in rows]
 
 
-def plot(
-    runs: Sequence[tuple[str, list[Checkpoint], list, float | None]], target_s: float, path: Path
-) -> Path:
-    """Per targeted run: the interval chosen over time, each live batch's freshness, the
-    target, and the rate step."""
+def plot(runs: Sequence[Panel], target_s: float, path: Path) -> Path:
+    """Per live phase: the interval the targeted run chose over time, each of its live
+    batches' freshness and the fixed 1 s run's beside them, the target, and the rate step."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     figure, axes = plt.subplots(len(runs), 1, figsize=(12, 3.2 * len(runs)), squeeze=False)
-    for axis, (name, checkpoints, changes, step_at) in zip(axes[:, 0], runs, strict=True):
+    for axis, (name, checkpoints, changes, step_at, fixed) in zip(axes[:, 0], runs, strict=True):
         origin = checkpoints[0].started_at
         live = [c for c in checkpoints if not c.is_backlog and c.freshness_s is not None]
+        fixed_live = [c for c in fixed if not c.is_backlog and c.freshness_s is not None]
+        axis.plot(
+            [c.committed_at - fixed[0].started_at for c in fixed_live],
+            [c.freshness_s for c in fixed_live],
+            ".",
+            ms=2,
+            color="#8c959f",
+            label="fixed 1 s interval: batch freshness",
+        )
         axis.plot(
             [c.committed_at - origin for c in live],
             [c.freshness_s for c in live],
             ".",
             ms=4,
             color="#2ca02c",
-            label="batch freshness (commit - oldest event)",
+            label="target: batch freshness (commit - oldest event)",
         )
         if changes:
             times = [at - origin for at, _, _ in changes] + [checkpoints[-1].committed_at - origin]
@@ -203,7 +215,7 @@ def steady_window(checkpoints: Sequence[Checkpoint], window_s: float) -> Window:
 
 def run_phase(
     args: argparse.Namespace, workspace: Workspace, kafka: KafkaTopic | None
-) -> tuple[Outcome, tuple[str, list[Checkpoint], list, float | None]]:
+) -> tuple[Outcome, Panel]:
     """The two runs on one live phase."""
     live = "landing" if kafka is None else "kafka"
     window_s = args.window
@@ -254,7 +266,7 @@ def run_phase(
         after,
         changes[-1][2] if changes else None,
     )
-    return outcome, (target_name, targeted, changes, step_at)
+    return outcome, (target_name, targeted, changes, step_at, fixed)
 
 
 def table(outcomes: Sequence[Outcome], target_s: float) -> list[str]:
