@@ -9,7 +9,7 @@ import uuid
 from datetime import timedelta
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.configuration import conf as airflow_conf
@@ -23,11 +23,15 @@ from airflow_provider_backlog.hooks.metrics import (
     RunStart,
 )
 from airflow_provider_backlog.hooks.submit import BacklogSubmitHook, DriverProcess
+from airflow_provider_backlog.lineage.spark import openlineage_spark_conf
 from airflow_provider_backlog.links.spark_ui import SPARK_UI_XCOM_KEY, SparkUILink
 from airflow_provider_backlog.profiles import PhaseProfile
 from spark_jobs.backlog.options import LEASE_WAIT_FOR_HANDOVER
 from spark_jobs.backlog.secrets import redact_text
 from spark_jobs.metrics.schema import STOP
+
+if TYPE_CHECKING:
+    from airflow.providers.openlineage.extractors import OperatorLineage
 
 
 def new_run_id(context: Any) -> str:
@@ -56,6 +60,10 @@ class BacklogLaunchOperator(BaseOperator):
     safe as a file name), rotated at ``driver_log_max_bytes`` with ``driver_log_backups``
     older files kept, so that a job running for days cannot fill the log folder.
 
+    With ``apache-airflow-providers-openlineage`` installed, the task reports the job's
+    inputs, outputs and checkpoint, read from ``application_args``, to Airflow's
+    OpenLineage integration (docs/lineage.md).
+
     :param job_name: The job's name in its metrics, its lease and spark-submit's ``--name``:
         1-200 printable characters. (templated)
     :param application: The job's Python file, as spark-submit takes it. (templated)
@@ -83,6 +91,12 @@ class BacklogLaunchOperator(BaseOperator):
         least 1024; default 100 MiB.
     :param driver_log_backups: How many rotated files are kept: at least 1; default 5.
     :param poll_interval_s: Seconds between checks for the run's first checkpoint; default 2.
+    :param openlineage_inject_parent_job_info: Pass the task's OpenLineage run to Spark's
+        OpenLineage listener as its parent (``spark.openlineage.parent*``); default
+        ``[openlineage] spark_inject_parent_job_info``, as for ``SparkSubmitOperator``.
+    :param openlineage_inject_transport_info: Pass Airflow's OpenLineage HTTP transport to
+        Spark's OpenLineage listener (``spark.openlineage.transport.*``), its credentials
+        masked in the task's log; default ``[openlineage] spark_inject_transport_info``.
     """
 
     template_fields = ("job_name", "application", "application_args", "env_vars")
@@ -105,6 +119,12 @@ class BacklogLaunchOperator(BaseOperator):
         driver_log_max_bytes: int = driver_log.MAX_BYTES,
         driver_log_backups: int = driver_log.BACKUPS,
         poll_interval_s: float = 2.0,
+        openlineage_inject_parent_job_info: bool = airflow_conf.getboolean(
+            "openlineage", "spark_inject_parent_job_info", fallback=False
+        ),
+        openlineage_inject_transport_info: bool = airflow_conf.getboolean(
+            "openlineage", "spark_inject_transport_info", fallback=False
+        ),
         **kwargs: Any,
     ):
         super().__init__(**kwargs)
@@ -128,6 +148,8 @@ class BacklogLaunchOperator(BaseOperator):
         self.driver_log_max_bytes = driver_log_max_bytes
         self.driver_log_backups = driver_log_backups
         self.poll_interval_s = poll_interval_s
+        self.openlineage_inject_parent_job_info = openlineage_inject_parent_job_info
+        self.openlineage_inject_transport_info = openlineage_inject_transport_info
         self._driver: DriverProcess | None = None
         self._submit: BacklogSubmitHook | None = None
         self._cluster_kill: subprocess.Popen[bytes] | None = None
@@ -165,6 +187,12 @@ class BacklogLaunchOperator(BaseOperator):
     ) -> tuple[str, DriverProcess]:
         """spark-submit a new run of the job; its id and its driver."""
         run_id = new_run_id(context)
+        lineage_conf = openlineage_spark_conf(
+            context,
+            {**self.profile.conf, **(extra_conf or {})},
+            parent_job=self.openlineage_inject_parent_job_info,
+            transport=self.openlineage_inject_transport_info,
+        )
         submit = BacklogSubmitHook(
             job_name=self.job_name,
             run_id=run_id,
@@ -174,7 +202,7 @@ class BacklogLaunchOperator(BaseOperator):
             application_args=[str(arg) for arg in self.application_args],
             env_vars=self.env_vars,
             detach=self.detach,
-            extra_conf=extra_conf,
+            extra_conf={**(extra_conf or {}), **lineage_conf},
         )
         self._raise_if_killed("before launching")
         self.log.info(
@@ -243,6 +271,16 @@ class BacklogLaunchOperator(BaseOperator):
                     f"{self.startup_timeout}; it was ended:\n{driver.log_tail()}"
                 )
             self._killed.wait(self.poll_interval_s)
+
+    def get_openlineage_facets_on_start(self) -> OperatorLineage:
+        """The job's inputs, outputs and checkpoint, for Airflow's OpenLineage integration."""
+        from airflow_provider_backlog.lineage.facets import operator_lineage
+
+        return operator_lineage([str(arg) for arg in self.application_args])
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> OperatorLineage:
+        """The same as at the start: a launch reads and writes what its arguments name."""
+        return self.get_openlineage_facets_on_start()
 
     def _raise_if_killed(self, when: str) -> None:
         if self._killed.is_set():
