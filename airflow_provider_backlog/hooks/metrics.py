@@ -413,7 +413,8 @@ class BacklogMetricsHook(DbApiHook):
 
     def job_summary(self, job_name: str) -> JobSummary | None:
         """Where ``job_name`` stands (its latest checkpoints, the transition into its phase,
-        its lease); None when it has neither a checkpoint nor a lease."""
+        its lease and the database's time it was read at); None when it has neither a
+        checkpoint nor a lease."""
         return self._read(metrics_reads.job_summary, job_name)
 
     def job_history(self, job_name: str, since: datetime, until: datetime) -> JobHistory:

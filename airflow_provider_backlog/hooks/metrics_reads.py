@@ -28,7 +28,7 @@ from airflow_provider_backlog.hooks.metrics_values import (
     IntervalChange,
     Transition,
 )
-from spark_jobs.metrics.lease import Lease, latest_lease
+from spark_jobs.metrics.lease import Lease, database_now, latest_lease
 from spark_jobs.metrics.schema import (
     as_utc,
     backlog_checkpoints,
@@ -61,6 +61,8 @@ class JobSummary:
     :param run_started_at: When that run committed its first checkpoint.
     :param latest_transition: The job's latest transition, of any run.
     :param lease: The job's most recently taken lease; None when no run ever took one.
+    :param database_now: The metrics database's time, read with the lease: what the lease's
+        expiry is judged by, since drivers renew it by that clock and not the reader's.
     """
 
     job_name: str
@@ -69,6 +71,7 @@ class JobSummary:
     run_started_at: datetime | None
     latest_transition: Transition | None
     lease: Lease | None
+    database_now: datetime
 
 
 @dataclass(frozen=True)
@@ -87,9 +90,11 @@ class JobHistory:
     :param transitions_cut: True when older transitions of the period were left out.
     :param requests: The requests made in it, oldest first: the newest ``MAX_REQUESTS``.
     :param requests_cut: True when older requests of the period were left out.
+    :param lease: The job's most recently taken lease; None when no run ever took one.
+    :param database_now: The metrics database's time, read with the lease: what the lease's
+        expiry is judged by.
     :param interval_changes: The live intervals chosen in it for a freshness target,
         oldest first: the newest ``MAX_INTERVAL_CHANGES``.
-    :param lease: The job's most recently taken lease; None when no run ever took one.
     """
 
     job_name: str
@@ -104,6 +109,7 @@ class JobHistory:
     requests: tuple[ControlRequest, ...]
     requests_cut: bool
     lease: Lease | None
+    database_now: datetime
     interval_changes: tuple[IntervalChange, ...] = ()
 
 
@@ -155,7 +161,7 @@ def job_summary(connection: sa.Connection, job_name: str) -> JobSummary | None:
     table = _checkpoints
     query = _select_checkpoints.where(table.c.job_name == job_name)
     recent, _ = _newest(connection, query, _CHECKPOINT_ORDER, RECENT_CHECKPOINTS, checkpoint)
-    lease = latest_lease(connection, job_name)
+    lease, lease_read_at = latest_lease(connection, job_name), database_now(connection)
     if not recent and lease is None:
         return None
     phase_since = started = None
@@ -178,6 +184,7 @@ def job_summary(connection: sa.Connection, job_name: str) -> JobSummary | None:
         run_started_at=started,
         latest_transition=_latest_transition(connection, _transitions.c.job_name == job_name),
         lease=lease,
+        database_now=lease_read_at,
     )
 
 
@@ -277,5 +284,6 @@ def job_history(
         requests=requests,
         requests_cut=requests_cut,
         lease=latest_lease(connection, job_name),
+        database_now=database_now(connection),
         interval_changes=changes,
     )

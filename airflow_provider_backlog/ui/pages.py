@@ -155,7 +155,7 @@ def job_page(
         since, until = _period(now, start, end)
     history = _newest_kept(hook.job_history(job_name, since, until))
     phases = spans(history)
-    run_rows = runs(history, phases, now)
+    run_rows = runs(history, phases)
     links = Links(root, conn_id)
     return _render(
         "job.html",

@@ -4,9 +4,10 @@ A checkpoint tells the phase its batch ran in, and the batch ran from the previo
 its run to its own: consecutive checkpoints of one phase make one span of it. A run was
 launched when it took its lease, or else at its first checkpoint, unless the checkpoint
 just before the period is of the same run (it started earlier). It ended when it released
-its lease; a lease past its expiry that was never released is a driver that died. A run
-that another followed ends, as far as the tables tell, at its last checkpoint: the next
-run took over its lease row, which no longer says whether it ended cleanly or died.
+its lease; a lease past its expiry (by the database's clock, read with the lease) that was
+never released is a driver that died. A run that another followed ends, as far as the
+tables tell, at its last checkpoint: the next run took over its lease row, which no longer
+says whether it ended cleanly or died.
 """
 
 from __future__ import annotations
@@ -139,7 +140,7 @@ def _intervals(mine: list[Checkpoint]) -> tuple[tuple[str, tuple[int | None, ...
 
 
 def _end(
-    history: JobHistory, run_id: str, mine: list[Checkpoint], later: str | None, now: datetime
+    history: JobHistory, run_id: str, mine: list[Checkpoint], later: str | None
 ) -> Boundary | None:
     lease = history.lease
     if lease is not None and lease.run_id == run_id:
@@ -147,7 +148,7 @@ def _end(
             return Boundary(
                 run_id, lease.released_at, END, f"run {run_id} ended: it released its lease"
             )
-        if lease.expires_at <= now:
+        if not lease.alive(history.database_now):
             return Boundary(
                 run_id,
                 lease.expires_at,
@@ -165,7 +166,7 @@ def _end(
     )
 
 
-def runs(history: JobHistory, phases: list[Span], now: datetime) -> list[RunRow]:
+def runs(history: JobHistory, phases: list[Span]) -> list[RunRow]:
     """The runs of ``history``'s period, oldest first; ``phases`` are its ``spans``."""
     order, lease, rows = _run_order(history), history.lease, []
     for index, run_id in enumerate(order):
@@ -190,7 +191,7 @@ def runs(history: JobHistory, phases: list[Span], now: datetime) -> list[RunRow]
             RunRow(
                 run_id=run_id,
                 launch=launch,
-                end=_end(history, run_id, mine, later, now),
+                end=_end(history, run_id, mine, later),
                 checkpoints=len(mine),
                 backlog_checkpoints=sum(c.is_backlog for c in mine),
                 backlog_time_share=in_backlog / total if total > 0 else None,

@@ -5,7 +5,9 @@ Freshness is judged as ``BacklogFreshnessSensor`` judges it, by how long ago the
 checkpoint was committed, and also by the largest gap between the recent live checkpoints
 of one run: a live job should commit about once per interval, so a gap far above it shows
 a job that keeps up only now and then. A lease past its expiry that was never released is
-a driver that died: its job is not running, whatever its last checkpoint says.
+a driver that died: its job is not running, whatever its last checkpoint says. Expiry is
+judged by the metrics database's clock, read with the lease: drivers renew their leases by
+it, and the api-server's clock may differ from it by more than a lease's time to live.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ RUNNING, ENDED, DIED = "running", "ended", "died"
 
 @dataclass(frozen=True)
 class JobRow:
-    """Where one job stands at ``now``.
+    """Where one job stands at ``now`` (its lease: at the database's time it was read).
 
     :param job_name: The job's name.
     :param lease: The job's latest lease; None when no run took one.
@@ -65,12 +67,12 @@ class JobRow:
         return url if url and url.startswith(("http://", "https://")) else None
 
 
-def _lease_state(lease: Lease | None, now: datetime) -> str | None:
+def _lease_state(lease: Lease | None, database_now: datetime) -> str | None:
     if lease is None:
         return None
     if lease.released_at is not None:
         return ENDED
-    return RUNNING if lease.expires_at > now else DIED
+    return RUNNING if lease.alive(database_now) else DIED
 
 
 def _largest_live_gap_s(recent: tuple[Checkpoint, ...]) -> float | None:
@@ -84,8 +86,8 @@ def _largest_live_gap_s(recent: tuple[Checkpoint, ...]) -> float | None:
 
 
 def job_row(summary: JobSummary, now: datetime) -> JobRow:
-    """The line of ``summary``'s job at ``now``."""
-    state = _lease_state(summary.lease, now)
+    """The line of ``summary``'s job at ``now``; its lease as of when it was read."""
+    state = _lease_state(summary.lease, summary.database_now)
     if not summary.recent:
         return JobRow(summary.job_name, summary.lease, state)
     latest = summary.recent[-1]

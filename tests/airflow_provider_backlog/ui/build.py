@@ -104,7 +104,10 @@ def history(
     lease: Lease | None = None,
     run_before: str | None = None,
     run_after: str | None = None,
+    database_now: float = 100,
 ) -> JobHistory:
+    """A history of job ``orders``; ``database_now`` is when its lease was read, by the
+    metrics database's clock."""
     return JobHistory(
         job_name="orders",
         since=at(since),
@@ -118,5 +121,6 @@ def history(
         requests=requests,
         requests_cut=False,
         lease=lease,
+        database_now=at(database_now),
         interval_changes=interval_changes,
     )

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_backlog.hooks import metrics_reads
 from airflow_provider_backlog.hooks.metrics import BacklogMetricsHook
 from spark_jobs.metrics.schema import make_engine, metadata
 from tests.airflow_provider_backlog.conftest import CONN_ID, use_connection
-from tests.airflow_provider_backlog.hooks.story import write_story
+from tests.airflow_provider_backlog.hooks.story import NOW, write_story
 
 
 @pytest.fixture
@@ -32,9 +33,14 @@ def empty(url: str, monkeypatch: pytest.MonkeyPatch) -> BacklogMetricsHook:
 
 
 @pytest.fixture
-def hook(empty: BacklogMetricsHook, url: str) -> BacklogMetricsHook:
-    """A hook on the database of the story."""
+def hook(
+    empty: BacklogMetricsHook, url: str, monkeypatch: pytest.MonkeyPatch
+) -> BacklogMetricsHook:
+    """A hook on the database of the story, whose clock reads the story's ``NOW``: leases
+    are judged by the database's clock, and the story's are set in a fixed past
+    (test_database_clock.py reads real clocks)."""
     write_story(url)
+    monkeypatch.setattr(metrics_reads, "database_now", lambda connection: NOW)
     return empty
 
 

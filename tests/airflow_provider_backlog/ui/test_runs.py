@@ -1,7 +1,8 @@
+import pytest
+
 from airflow_provider_backlog.ui.runs import Boundary, RunRow, Span, boundaries, runs, spans
 from tests.airflow_provider_backlog.ui.build import at, checkpoint, history, lease
 
-NOW = at(100)
 #: r1 in backlog by its phase, then held by a lag rule, then live; r2 took over, launched
 #: at 55 s and still holds its lease.
 TAKEN_OVER = history(
@@ -27,7 +28,7 @@ def test_consecutive_checkpoints_of_one_phase_and_rule_make_one_span():
 
 
 def test_a_run_followed_by_another_ends_at_its_last_checkpoint():
-    rows = runs(TAKEN_OVER, spans(TAKEN_OVER), NOW)
+    rows = runs(TAKEN_OVER, spans(TAKEN_OVER))
     assert rows == [
         RunRow(
             run_id="r1",
@@ -67,23 +68,32 @@ def test_a_run_from_before_the_period_whose_lease_expired_unreleased_died():
         lease=lease("r1", -50, 40),
     )
     assert spans(died) == [Span("r1", at(0), at(20), False, False)]
-    (row,) = runs(died, spans(died), NOW)
+    (row,) = runs(died, spans(died))
     assert (row.launch, row.intervals) == (None, (("live", (10_000, None)),))
     assert row.end == Boundary(
         "r1", at(40), "death", "run r1 died: its lease expired and was never released"
     )
 
 
+@pytest.mark.parametrize(("database_now", "died"), [(129.9, False), (130, True)])
+def test_a_lease_expires_by_the_clock_of_the_database_it_was_read_from(database_now, died):
+    """Whatever the api-server's clock says: drivers renew their leases by the database's."""
+    held = history(checkpoint("r1", 0, 10), lease=lease("r1", 5, 130), database_now=database_now)
+    (row,) = runs(held, spans(held))
+    death = "run r1 died: its lease expired and was never released"
+    assert row.end == (Boundary("r1", at(130), "death", death) if died else None)
+
+
 def test_an_end_after_the_period_is_listed_but_not_drawn():
     ended = history(checkpoint("r1", 0, 10), lease=lease("r1", 5, 200, released=150))
-    (row,) = runs(ended, spans(ended), NOW)
+    (row,) = runs(ended, spans(ended))
     assert row.end == Boundary("r1", at(150), "end", "run r1 ended: it released its lease")
     assert [b.kind for b in boundaries(ended, [row])] == ["launch"]
 
 
 def test_a_run_that_holds_its_lease_but_has_not_committed_yet():
     starting = history(lease=lease("r3", 50, 130))
-    assert runs(starting, spans(starting), NOW) == [
+    assert runs(starting, spans(starting)) == [
         RunRow(
             run_id="r3",
             launch=Boundary("r3", at(50), "launch", "run r3 took its lease"),
@@ -95,4 +105,4 @@ def test_a_run_that_holds_its_lease_but_has_not_committed_yet():
             intervals=(),
         )
     ]
-    assert runs(history(lease=lease("r3", 150, 230)), [], NOW) == [], "after the period"
+    assert runs(history(lease=lease("r3", 150, 230)), []) == [], "after the period"

@@ -11,12 +11,12 @@ from tests.airflow_provider_backlog.ui.build import (
     request,
     transition,
 )
-from tests.airflow_provider_backlog.ui.test_runs import NOW, TAKEN_OVER
+from tests.airflow_provider_backlog.ui.test_runs import TAKEN_OVER
 
 
 def drawn(job_history) -> ET.Element:
     phases = spans(job_history)
-    marks = boundaries(job_history, runs(job_history, phases, NOW))
+    marks = boundaries(job_history, runs(job_history, phases))
     return ET.fromstring(str(timeline(job_history, phases, marks)))
 
 
