@@ -2,11 +2,13 @@
 ``/backlog`` in Airflow's api-server.
 
 Airflow does not protect a plugin's app: every route asks Airflow's auth manager itself,
-for read access to plugins (the jobs and a job's page) or to the DAG (its tab). Inside a
-mounted app ``request.app`` is this app, not Airflow's, so the auth manager comes from
-``get_auth_manager()`` (Airflow's own ``requires_access_*`` do so), never from app state.
-The pages come from ui/pages.py; this module routes, checks access and input, and answers
-errors in a form the view's iframe can show: a page with a sign-in link rather than JSON.
+for read access to plugins (the jobs and a job's page) or to the DAG (its tab), to the
+connection ``conn_id`` names unless it is the default one, and for the jobs the user may
+see (ui/access.py). Inside a mounted app ``request.app`` is this app, not Airflow's, so the
+auth manager comes from ``get_auth_manager()`` (Airflow's own ``requires_access_*`` do
+so), never from app state. The pages come from ui/pages.py; this module routes, checks
+access and input, and answers errors in a form the view's iframe can show: a page with a
+sign-in link rather than JSON.
 """
 
 from __future__ import annotations
@@ -17,11 +19,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from html import escape
+from typing import Annotated
 
 import sqlalchemy as sa
 from airflow.api_fastapi.app import get_auth_manager
 from airflow.api_fastapi.auth.managers.models.resource_details import AccessView
-from airflow.api_fastapi.core_api.security import requires_access_dag, requires_access_view
+from airflow.api_fastapi.core_api.security import (
+    GetUserDep,
+    requires_access_dag,
+    requires_access_view,
+)
 from airflow.sdk.exceptions import AirflowNotFoundException
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request, status
 from fastapi.exception_handlers import http_exception_handler
@@ -31,6 +38,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from airflow_provider_backlog import METRICS_CONN_TYPE
 from airflow_provider_backlog.hooks.metrics import BacklogMetricsHook, MetricsConnectionError
 from airflow_provider_backlog.ui import pages
+from airflow_provider_backlog.ui.access import job_access, may_read_connection
 from airflow_provider_backlog.ui.dag_jobs import DagJobs, dag_jobs
 from airflow_provider_backlog.ui.links import Links
 
@@ -40,6 +48,7 @@ DEFAULT_CONN_ID = BacklogMetricsHook.default_conn_name
 #: What Airflow accepts as a connection id. Anything else is not echoed back: it could be a
 #: URL with a password pasted into the wrong field.
 _CONN_ID = re.compile(r"[\w.-]{1,250}")
+_CONN_ID_RULE = f"conn_id must name a connection of type {METRICS_CONN_TYPE!r}"
 
 router = APIRouter()
 _READ_PLUGINS = [Depends(requires_access_view(AccessView.PLUGINS))]
@@ -53,24 +62,50 @@ def create_app() -> FastAPI:
     return app
 
 
+def readable_connection(user: GetUserDep, conn_id: str = DEFAULT_CONN_ID) -> str:
+    """The ``conn_id`` of the query: a 400 unless it is a connection id at all, and a 403
+    unless it is the default connection or one ``user`` may read."""
+    if not _CONN_ID.fullmatch(conn_id):
+        raise HTTPException(
+            status.HTTP_400_BAD_REQUEST,
+            f"{_CONN_ID_RULE}; what was given is no connection id (letters, digits, '_', '-', '.')",
+        )
+    if conn_id != DEFAULT_CONN_ID and not may_read_connection(user, conn_id):
+        raise HTTPException(
+            status.HTTP_403_FORBIDDEN,
+            f"reading the metrics of connection {conn_id!r} needs read access to that "
+            f"connection; without it the view reads {DEFAULT_CONN_ID!r}",
+        )
+    return conn_id
+
+
+ReadableConnection = Annotated[str, Depends(readable_connection)]
+
+
 @router.get("/", dependencies=_READ_PLUGINS, response_class=HTMLResponse)
-def jobs(request: Request, conn_id: str = DEFAULT_CONN_ID) -> HTMLResponse:
-    """Every job of the connection's metrics database."""
+def jobs(request: Request, user: GetUserDep, conn_id: ReadableConnection) -> HTMLResponse:
+    """The jobs of the connection's metrics database that ``user`` may see."""
+    access = job_access(user, conn_id)
     with metrics_hook(conn_id) as hook:
-        page = pages.jobs_page(hook, root=mount_path(request), conn_id=conn_id, now=_now())
+        page = pages.jobs_page(hook, root=mount_path(request), access=access, now=_now())
     return HTMLResponse(page)
 
 
 @router.get("/jobs/{job_name:path}", dependencies=_READ_PLUGINS, response_class=HTMLResponse)
 def job(
     request: Request,
+    user: GetUserDep,
     job_name: str,
-    conn_id: str = DEFAULT_CONN_ID,
+    conn_id: ReadableConnection,
     start: str | None = None,
     end: str | None = None,
     run_id: str | None = None,
 ) -> HTMLResponse:
-    """One job: its timeline between ``start`` and ``end``, or of one run."""
+    """One job: its timeline between ``start`` and ``end``, or of one run; a 403 before
+    anything is read of a job ``user`` may not see."""
+    access = job_access(user, conn_id)
+    if not access.may_see(job_name):
+        raise HTTPException(status.HTTP_403_FORBIDDEN, access.refusal(job_name))
     window = {"start": parse_time("start", start), "end": parse_time("end", end)}
     with metrics_hook(conn_id) as hook:
         page = pages.job_page(
@@ -90,8 +125,9 @@ def job(
     dependencies=[Depends(requires_access_dag("GET"))],
     response_class=HTMLResponse,
 )
-def dag(request: Request, dag_id: str, conn_id: str = DEFAULT_CONN_ID) -> HTMLResponse:
-    """The DAG's tab: the jobs its tasks act on, and what its templates leave open."""
+def dag(request: Request, dag_id: str, conn_id: ReadableConnection) -> HTMLResponse:
+    """The DAG's tab: the jobs its tasks act on, and what its templates leave open. A user
+    who may read the DAG may see its jobs."""
     try:
         found = dag_jobs(dag_id)
     except LookupError as error:
@@ -179,23 +215,18 @@ def metrics_hook(conn_id: str) -> Iterator[BacklogMetricsHook]:
 
 
 def require_metrics_connection(conn_id: str) -> None:
-    """A 400 unless ``conn_id`` names a connection of the metrics database's type."""
-    allowed = f"conn_id must name a connection of type {METRICS_CONN_TYPE!r}"
-    if not _CONN_ID.fullmatch(conn_id):
-        raise HTTPException(
-            status.HTTP_400_BAD_REQUEST,
-            f"{allowed}; what was given is no connection id (letters, digits, '_', '-', '.')",
-        )
+    """A 400 unless ``conn_id`` (a connection id, see ``readable_connection``) names a
+    connection of the metrics database's type."""
     try:
         connection = BacklogMetricsHook.get_connection(conn_id)
     except AirflowNotFoundException as error:
         raise HTTPException(
-            status.HTTP_400_BAD_REQUEST, f"{allowed}; there is no connection {conn_id!r}"
+            status.HTTP_400_BAD_REQUEST, f"{_CONN_ID_RULE}; there is no connection {conn_id!r}"
         ) from error
     if connection.conn_type != METRICS_CONN_TYPE:
         raise HTTPException(
             status.HTTP_400_BAD_REQUEST,
-            f"{allowed}; {conn_id!r} is of type {connection.conn_type!r}",
+            f"{_CONN_ID_RULE}; {conn_id!r} is of type {connection.conn_type!r}",
         )
 
 

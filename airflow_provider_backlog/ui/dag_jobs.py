@@ -1,4 +1,5 @@
-"""Which streaming jobs a DAG runs, for the Backlog tab of its page.
+"""Which streaming jobs a DAG runs, for the Backlog tab of its page and for who may see a
+job (ui/access.py: the readers of the DAGs that name it).
 
 The api-server never imports DAG files: it knows a DAG by the serialized form the DAG
 processor stored in Airflow's database. There, this provider's operators and sensors keep
@@ -11,6 +12,7 @@ known to a run, and is reported as such.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,6 +76,25 @@ def dag_jobs(dag_id: str, *, session: Session = NEW_SESSION) -> DagJobs:
     dag = SerializedDagModel.get_dag(dag_id, session=session)
     if dag is None:
         raise UnknownDag(f"no DAG {dag_id!r}: the DAG processor has not stored one of that id")
+    return jobs_of(dag)
+
+
+@provide_session
+def jobs_of_dags(
+    dag_ids: Collection[str] | None = None, *, session: Session = NEW_SESSION
+) -> list[DagJobs]:
+    """The jobs of each stored DAG's latest serialized version: of every DAG, or of those of
+    ``dag_ids`` that are stored."""
+    if dag_ids is None:
+        dags = list(SerializedDagModel.read_all_dags(session=session).values())
+    else:
+        rows = SerializedDagModel.get_latest_serialized_dags(dag_ids=list(dag_ids), session=session)
+        dags = [row.dag for row in rows]
+    return [jobs_of(dag) for dag in dags]
+
+
+def jobs_of(dag: Any) -> DagJobs:
+    """The jobs of a serialized DAG's tasks."""
     defaults = {name: value for name, value in dag.params.dump().items() if value is not None}
     tasks = [
         job
@@ -81,7 +102,7 @@ def dag_jobs(dag_id: str, *, session: Session = NEW_SESSION) -> DagJobs:
         if task._task_module.startswith(JOB_MODULES)
         for job in task_jobs(task, defaults)
     ]
-    return DagJobs(dag_id, tuple(tasks))
+    return DagJobs(dag.dag_id, tuple(tasks))
 
 
 def task_jobs(task: Any, params: dict[str, Any]) -> list[TaskJob]:

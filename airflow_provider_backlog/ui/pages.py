@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
@@ -25,6 +26,9 @@ from airflow_provider_backlog.ui.links import Links
 from airflow_provider_backlog.ui.runs import boundaries, runs, spans
 from airflow_provider_backlog.ui.summary import JobRow, job_row
 from airflow_provider_backlog.ui.timeline import timeline
+
+if TYPE_CHECKING:  # the rules' module asks Airflow's auth manager; the pages only apply them
+    from airflow_provider_backlog.ui.access import JobAccess
 
 #: The period a job's page shows unless asked for another, and the longest it shows.
 DEFAULT_PERIOD = timedelta(hours=1)
@@ -59,11 +63,13 @@ def _render(template: str, links: Links, now: datetime, **context: object) -> st
     return _templates.get_template(template).render(links=links, now=now, **context)
 
 
-def jobs_page(hook: BacklogMetricsHook, *, root: str, conn_id: str, now: datetime) -> str:
-    """Every job of the metrics database: where it stands at ``now``."""
-    summaries = (hook.job_summary(name) for name in hook.job_names())
+def jobs_page(hook: BacklogMetricsHook, *, root: str, access: JobAccess, now: datetime) -> str:
+    """The jobs of the metrics database the reader may see (nothing is read of the others):
+    where each stands at ``now``."""
+    summaries = (hook.job_summary(name) for name in hook.job_names() if access.may_see(name))
     rows = [job_row(summary, now) for summary in summaries if summary is not None]
-    return _render("jobs.html", Links(root, conn_id), now, rows=rows)
+    links = Links(root, access.conn_id)
+    return _render("jobs.html", links, now, rows=rows, shown=access.shown())
 
 
 def dag_page(

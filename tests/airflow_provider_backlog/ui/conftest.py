@@ -10,6 +10,7 @@ import pytest
 
 from airflow_provider_backlog.hooks import metrics_reads
 from airflow_provider_backlog.hooks.metrics import BacklogMetricsHook
+from airflow_provider_backlog.ui.access import JobAccess
 from spark_jobs.metrics.schema import make_engine, metadata
 from tests.airflow_provider_backlog.conftest import CONN_ID, use_connection
 from tests.airflow_provider_backlog.hooks.story import NOW, write_story
@@ -42,6 +43,11 @@ def hook(
     write_story(url)
     monkeypatch.setattr(metrics_reads, "database_now", lambda connection: NOW)
     return empty
+
+
+def sees_every_job(conn_id: str = CONN_ID) -> JobAccess:
+    """A reader of connection ``conn_id`` where no DAG names a job: every job is shown."""
+    return JobAccess(conn_id, frozenset(), frozenset())
 
 
 @pytest.fixture(scope="session")

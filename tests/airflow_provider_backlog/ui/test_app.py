@@ -18,9 +18,11 @@ from httpx import Response
 from spark_jobs.metrics.schema import create_tables, make_engine
 from tests.airflow_provider_backlog.conftest import add_checkpoints
 from tests.airflow_provider_backlog.ui.conftest import store_dags
+from tests.airflow_provider_backlog.ui.markup import marked
 
-#: ``outsider`` has no role: SimpleAuthManager gives such a user no access at all.
-USERS = "viewer:viewer,outsider:"
+#: SimpleAuthManager's roles: a viewer may read every DAG but no connection, an op both;
+#: ``outsider`` has no role, and so no access at all.
+USERS = "viewer:viewer,op:op,outsider:"
 PASSWORD = "s3cret-in-a-url"
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 DAGS = """
@@ -58,6 +60,7 @@ def client(airflow_db: None, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     create_tables(engine)
     engine.dispose()
     add_checkpoints(metrics_url, "events", "run-1", T0, "bbbll")
+    add_checkpoints(metrics_url, "unnamed", "run-u", T0, "ll")
     store_dags(DAGS, root / "dags")
     with pytest.MonkeyPatch.context() as env:
         env.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS", USERS)
@@ -86,7 +89,7 @@ def tokens(client: TestClient) -> dict[str, str]:
 
     passwords = SimpleAuthManager.get_passwords()
     issued = {}
-    for user in ("viewer", "outsider"):
+    for user in ("viewer", "op", "outsider"):
         answer = client.post("/auth/token", json={"username": user, "password": passwords[user]})
         assert answer.status_code == 201, answer.text
         issued[user] = answer.json()["access_token"]
@@ -133,11 +136,57 @@ def test_a_token_the_auth_manager_did_not_sign_is_refused(client: TestClient) ->
     assert answer.status_code == 403
 
 
-def test_a_viewer_sees_the_jobs_with_links_below_the_mount(as_user) -> None:
+def test_a_viewer_sees_the_jobs_of_dags_with_links_below_the_mount(as_user) -> None:
+    """A DAG names ``events``; no DAG names ``unnamed``, which a user who may not read the
+    connection does not see."""
     answer = as_user("viewer", "/backlog/")
     assert answer.status_code == 200, answer.text
-    assert 'id="jobs"' in answer.text and "events" in answer.text
-    assert 'href="/backlog/jobs/events' in answer.text
+    assert marked(answer.text, "data-job", "jobs") == ["events"]
+    assert 'href="/backlog/jobs/events' in answer.text and "unnamed" not in answer.text
+
+
+def test_a_user_who_may_read_the_connection_also_sees_the_jobs_no_dag_names(as_user) -> None:
+    answer = as_user("op", "/backlog/")
+    assert marked(answer.text, "data-job", "jobs") == ["events", "unnamed"]
+    assert as_user("op", "/backlog/jobs/unnamed").status_code == 200
+
+
+@pytest.mark.parametrize("job", ["unnamed", "never-ran"])
+def test_a_job_no_dag_names_is_403_to_a_user_who_may_not_read_the_connection(
+    as_user, job: str
+) -> None:
+    """The same answer whether the job exists or not, and nothing of it."""
+    answer = as_user("viewer", f"/backlog/jobs/{job}?run_id=run-u")
+    assert (answer.status_code, answer.json()) == (
+        403,
+        {
+            "detail": f"job {job!r} is named by no DAG you may read, and only users who may "
+            "read connection 'backlog_metrics_default' see the jobs no DAG names"
+        },
+    )
+    in_a_browser = as_user("viewer", f"/backlog/jobs/{job}", Accept="text/html")
+    assert in_a_browser.status_code == 403 and 'id="sign-in"' in in_a_browser.text
+    assert "run-u" not in in_a_browser.text and "<svg" not in in_a_browser.text
+
+
+@pytest.mark.parametrize("conn_id", ["warehouse", "nowhere", "unreadable"])
+def test_another_connection_is_403_to_a_user_who_may_not_read_it(as_user, conn_id: str) -> None:
+    """Before anything is read of it: whether it exists, its type, its database."""
+    for path in ROUTES:
+        answer = as_user("viewer", f"{path}?conn_id={conn_id}")
+        assert (answer.status_code, answer.json()) == (
+            403,
+            {
+                "detail": f"reading the metrics of connection {conn_id!r} needs read access "
+                "to that connection; without it the view reads 'backlog_metrics_default'"
+            },
+        )
+
+
+def test_the_default_connection_named_in_the_query_needs_no_connection_access(as_user) -> None:
+    """The pages' own links name it."""
+    answer = as_user("viewer", "/backlog/jobs/events?conn_id=backlog_metrics_default")
+    assert answer.status_code == 200, answer.text
 
 
 def test_the_token_cookie_signs_in_as_in_the_iframe(client: TestClient, tokens) -> None:
@@ -156,7 +205,7 @@ def test_the_token_cookie_signs_in_as_in_the_iframe(client: TestClient, tokens) 
     ],
 )
 def test_conn_id_must_name_a_metrics_connection(as_user, conn_id: str, says: str) -> None:
-    answer = as_user("viewer", f"/backlog/?{urlencode({'conn_id': conn_id})}")
+    answer = as_user("op", f"/backlog/?{urlencode({'conn_id': conn_id})}")
     assert answer.status_code == 400
     detail = answer.json()["detail"]
     assert "conn_id must name a connection of type 'backlog_metrics'" in detail
@@ -164,7 +213,7 @@ def test_conn_id_must_name_a_metrics_connection(as_user, conn_id: str, says: str
 
 
 def test_a_connection_whose_url_does_not_parse_is_400_without_the_url(as_user) -> None:
-    answer = as_user("viewer", "/backlog/?conn_id=bad_url")
+    answer = as_user("op", "/backlog/?conn_id=bad_url")
     assert answer.status_code == 400
     assert "'bad_url' has a URL SQLAlchemy cannot read" in answer.json()["detail"]
     assert PASSWORD not in answer.text
@@ -173,7 +222,7 @@ def test_a_connection_whose_url_does_not_parse_is_400_without_the_url(as_user) -
 def test_a_database_that_cannot_be_read_is_503_with_details_left_to_the_log(
     as_user, caplog: pytest.LogCaptureFixture
 ) -> None:
-    answer = as_user("viewer", "/backlog/?conn_id=unreadable", Accept="text/html")
+    answer = as_user("op", "/backlog/?conn_id=unreadable", Accept="text/html")
     assert answer.status_code == 503
     assert "connection &#x27;unreadable&#x27; cannot be read now" in answer.text
     assert "/proc/none" not in answer.text
@@ -186,8 +235,10 @@ def test_times_must_be_iso_8601(as_user) -> None:
     assert "start = 'yesterday' is no ISO 8601 time" in answer.json()["detail"]
 
 
-def test_a_job_without_metrics_is_404(as_user) -> None:
-    assert as_user("viewer", "/backlog/jobs/never-ran").status_code == 404
+def test_a_job_without_metrics_is_404_to_a_user_who_may_see_it(as_user) -> None:
+    answer = as_user("op", "/backlog/jobs/never-ran")
+    assert answer.status_code == 404
+    assert answer.json()["detail"].startswith("job 'never-ran' has no checkpoint and no lease")
 
 
 def test_the_dag_tab_shows_the_jobs_of_the_dag(as_user) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_backlog.ui.dag_jobs import TaskJob, UnknownDag, dag_jobs
+from airflow_provider_backlog.ui.dag_jobs import TaskJob, UnknownDag, dag_jobs, jobs_of_dags
 from tests.airflow_provider_backlog.ui.conftest import store_dags
 
 PHASED = """
@@ -73,3 +73,14 @@ def test_a_dag_without_streaming_jobs_has_none(airflow_db: None, tmp_path: Path)
 def test_a_dag_never_stored_is_unknown(airflow_db: None) -> None:
     with pytest.raises(UnknownDag, match="no DAG 'never_parsed'"):
         dag_jobs("never_parsed")
+
+
+def test_the_jobs_of_many_dags_at_once(airflow_db: None, tmp_path: Path) -> None:
+    """Of every stored DAG, or of the stored ones among some ids, each as ``dag_jobs``
+    reads it alone."""
+    store_dags(PHASED + NO_JOBS, tmp_path)
+    every = {found.dag_id: found for found in jobs_of_dags()}
+    assert every["jobs_of_every_kind"] == dag_jobs("jobs_of_every_kind")
+    assert every["no_streaming_job"].tasks == ()
+    some = jobs_of_dags(["no_streaming_job", "never_parsed"])
+    assert [found.dag_id for found in some] == ["no_streaming_job"]

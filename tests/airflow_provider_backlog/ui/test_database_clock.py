@@ -13,6 +13,7 @@ from airflow_provider_backlog.hooks.metrics import BacklogMetricsHook
 from airflow_provider_backlog.ui.pages import job_page, jobs_page
 from spark_jobs.metrics.schema import backlog_leases, make_engine, metadata
 from tests.airflow_provider_backlog.conftest import CONN_ID, add_checkpoints, insert, use_connection
+from tests.airflow_provider_backlog.ui.conftest import sees_every_job
 from tests.airflow_provider_backlog.ui.markup import cells
 
 AHEAD = timedelta(hours=1)
@@ -87,7 +88,7 @@ def test_a_lease_is_judged_by_the_clock_of_its_database(database) -> None:
     )
     add_checkpoints(url, "near", "near-run", start, "ll")
     hook = BacklogMetricsHook(CONN_ID)
-    jobs = cells(jobs_page(hook, root="", conn_id=CONN_ID, now=now), "jobs")
+    jobs = cells(jobs_page(hook, root="", access=sees_every_job(), now=now), "jobs")
     leases = {job[0]: job[3].split(": lease")[0] for job in jobs}
     near = "died" if ahead else "running"
     assert leases == {

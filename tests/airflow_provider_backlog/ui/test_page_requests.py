@@ -14,6 +14,7 @@ from spark_jobs.metrics.schema import (
 )
 from tests.airflow_provider_backlog.conftest import CONN_ID, add_checkpoints, insert
 from tests.airflow_provider_backlog.hooks.story import NOW, REQUEST, T0, seconds
+from tests.airflow_provider_backlog.ui.conftest import sees_every_job
 from tests.airflow_provider_backlog.ui.markup import elements, links
 
 ROOT = "/backlog"
@@ -64,7 +65,7 @@ def test_what_the_database_says_is_escaped(hook, url):
     insert(url, backlog_transitions, row_values(change))
     insert(url, backlog_control, REQUEST | {"job_name": job, "answer": "<img src=x>"})
     pages = [
-        jobs_page(hook, root=ROOT, conn_id=CONN_ID, now=NOW),
+        jobs_page(hook, root=ROOT, access=sees_every_job(), now=NOW),
         job_page(hook, root=ROOT, conn_id=CONN_ID, job_name=job, now=NOW),
     ]
     for html in pages:

@@ -3,7 +3,10 @@ tests/airflow_provider_backlog/hooks/story.py; what they show is counted against
 
 from datetime import timedelta
 
+import pytest
+
 from airflow_provider_backlog.hooks.metrics_reads import MAX_CHECKPOINTS
+from airflow_provider_backlog.ui.access import JobAccess
 from airflow_provider_backlog.ui.pages import dag_page, job_page, jobs_page
 from spark_jobs.metrics.schema import backlog_leases
 from tests.airflow_provider_backlog.conftest import CONN_ID, add_checkpoints, insert
@@ -14,13 +17,14 @@ from tests.airflow_provider_backlog.hooks.story import (
     T0,
     write_release_before,
 )
+from tests.airflow_provider_backlog.ui.conftest import sees_every_job
 from tests.airflow_provider_backlog.ui.markup import by_id, cells, links, marked
 
 ROOT = "/backlog"
 
 
 def test_the_jobs_page_shows_where_every_job_stands(hook):
-    html = jobs_page(hook, root=ROOT, conn_id=CONN_ID, now=NOW)
+    html = jobs_page(hook, root=ROOT, access=sees_every_job(), now=NOW)
     assert marked(html, "data-job", "jobs") == ["legacy", "orders"]
     legacy, orders = cells(html, "jobs")
     assert orders == [
@@ -51,15 +55,39 @@ def test_the_jobs_page_shows_where_every_job_stands(hook):
 
 
 def test_an_empty_database_says_so(empty):
-    html = jobs_page(empty, root="", conn_id="m", now=NOW)
+    html = jobs_page(empty, root="", access=sees_every_job("m"), now=NOW)
     assert " ".join(by_id(html, "jobs").text.split()) == (
-        "The metrics database has no job yet: no checkpoint and no lease."
+        "No job to show: none of them has a checkpoint or a lease yet."
     )
+
+
+@pytest.mark.parametrize(
+    ("readable", "named", "shown", "says"),
+    [
+        ({"orders"}, None, ["orders"], "The jobs named by the DAGs you may read. A job no DAG "
+         "names is shown to users who may read connection 'metrics_test'."),
+        (set(), None, [], "The jobs named by the DAGs you may read. A job no DAG names is "
+         "shown to users who may read connection 'metrics_test'."),
+        (set(), {"orders"}, ["legacy"], "The jobs named by the DAGs you may read, and the "
+         "jobs no DAG names."),
+        ({"orders"}, {"orders", "legacy"}, ["orders"], "The jobs named by the DAGs you may "
+         "read, and the jobs no DAG names."),
+    ],
+)  # fmt: skip
+def test_the_jobs_page_lists_only_the_jobs_the_reader_may_see(hook, readable, named, shown, says):
+    """``orders`` and ``legacy`` are in the database; a DAG the reader may read names
+    ``readable``, any DAG ``named`` (None: the reader may not read the connection)."""
+    access = JobAccess(CONN_ID, frozenset(readable), None if named is None else frozenset(named))
+    html = jobs_page(hook, root=ROOT, access=access, now=NOW)
+    assert marked(html, "data-job", "jobs") == shown
+    assert " ".join(by_id(html, "shown").text.split()) == says
+    for hidden in {"orders", "legacy"} - set(shown):
+        assert hidden not in html
 
 
 def test_a_job_that_took_its_lease_but_has_not_committed_is_listed(hook, url):
     insert(url, backlog_leases, LEASES[0] | {"job_name": "starting", "checkpoint_location": "x"})
-    html = jobs_page(hook, root=ROOT, conn_id=CONN_ID, now=NOW)
+    html = jobs_page(hook, root=ROOT, access=sees_every_job(), now=NOW)
     assert cells(html, "jobs")[2][:3] == ["starting", "no checkpoint yet", ""]
 
 
