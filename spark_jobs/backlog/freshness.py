@@ -11,11 +11,12 @@ than the one it ran under: a longer wait adds itself and the processing of the r
 arrive meanwhile (``rate * cost`` per second); a shorter one is assumed to save only the
 wait, since a batch's fixed cost does not shrink. The largest ``I`` that keeps a batch at
 or under the target follows from its numbers, and the chosen interval is the 5th
-percentile of those limits over recent batches: the p95 of freshness meets the target.
-A batch that starts late (the trigger's tick, the listener's delay, a batch that ran
-longer than the interval) shows in its freshness, and so in the choice. Shorter intervals
-are taken at once; longer ones at most double per batch, since they are extrapolated; both
-aim 5% below what the target allows.
+percentile of those limits over recent batches: the p95 of freshness meets the target. A
+change of rate or cost shows first in the latest batches, so the median of the last three
+limits may shorten it sooner. A batch that starts late (the trigger's tick, the listener's
+delay, a batch that ran longer than the interval) shows in its freshness, and so in the
+choice. Shorter intervals are taken at once; longer ones at most double per batch, since
+they are extrapolated; both aim 5% below what the target allows.
 
 Pure, like the decider: it is given measurements and returns choices.
 """
@@ -33,6 +34,9 @@ from spark_jobs.backlog.values import format_duration
 WINDOW = 40
 #: Live batches measured before the first choice that rests on them.
 FIRST_MEASURED = 3
+#: The latest batches whose median limit may shorten the interval before the window's p95
+#: notices a change of rate or cost.
+LATEST = 3
 #: A chosen interval grows by at most this factor per batch (or this many seconds, from
 #: an interval near zero).
 MAX_GROWTH = 2.0
@@ -158,8 +162,9 @@ class FreshnessWindow:
                 f"freshness target {target}: {_seconds(interval)} until {FIRST_MEASURED} live "
                 "batches are measured",
             )
-        limits = sorted(b.largest_interval(target_s, seconds_per_row) for b in self._batches)
-        allowed = limits[_worst_kept(len(limits))]
+        limits = [b.largest_interval(target_s, seconds_per_row) for b in self._batches]
+        latest = sorted(limits[-LATEST:])[len(limits[-LATEST:]) // 2]
+        allowed = min(sorted(limits)[_worst_kept(len(limits))], latest)
         interval = _step(allowed, current_s)
         interval = Bounds(bounds.lowest_s, highest).clamp(interval)
         predicted = self._p95_at(interval, seconds_per_row)

@@ -86,14 +86,14 @@ def test_until_three_batches_are_measured_half_the_target_within_bounds():
 def test_the_choice_keeps_the_p95_at_the_target_ignoring_the_worst_five_percent():
     typical = [steady(3.0) for _ in range(37)]  # each would reach 5 s at a 4 s interval
     worst = [steady(4.0), steady(4.5), steady(5.0)]  # at 3, 2.5 and 2 s
-    choice = window_of(*typical, *worst).choose(5.0, WIDE, None, 0.0)
+    choice = window_of(*worst, *typical).choose(5.0, WIDE, None, 0.0)
     # two of 40 may exceed, the third not; and 5% below that
     assert choice.interval_s == pytest.approx(0.95 * 3.0)
     assert choice.reason == (
         "freshness target 5s: 2.85s keeps p95 freshness at 4.85s over the last 40 live batches"
     )
     assert choice.meets_target
-    fewer = window_of(*typical[:17], *worst).choose(5.0, WIDE, None, 0.0)
+    fewer = window_of(*worst, *typical[:17]).choose(5.0, WIDE, None, 0.0)
     assert fewer.interval_s == pytest.approx(0.95 * 2.5)  # one of 20 may exceed
 
 
@@ -126,3 +126,12 @@ def test_the_interval_caps_the_choice_and_the_reason_says_so():
         "freshness target 5s: 3.00s keeps p95 freshness at 3.10s over the last 3 live "
         "batches, at most interval"
     )
+
+
+def test_the_latest_batches_shorten_the_interval_before_the_window_p95_notices():
+    calm = [steady(3.0) for _ in range(38)]  # would allow 4 s
+    stepped = [steady(4.5), steady(4.6)]  # a higher rate: 2.5 and 2.4 s
+    choice = window_of(*calm, *stepped).choose(5.0, WIDE, 3.8, 0.0)
+    assert choice.interval_s == pytest.approx(0.95 * 2.5)  # the median of the last three
+    one_off = window_of(*calm, steady(4.6), steady(3.0))
+    assert one_off.choose(5.0, WIDE, 3.8, 0.0).interval_s == 3.8  # one slow batch: kept
