@@ -22,13 +22,17 @@ SPARK_DEFAULT_REDACTION = r"(?i)secret|password|token|access[.]?key"
 #: SQLAlchemy's ``make_url`` reads it: the user up to the first ':' (an '@' in it too), the
 #: password from there up to the next '@', whatever else it holds ('/', ':').
 _URL_PASSWORD = r"(//[^:/\s]*:)([^@\s]+)(@)"
-#: What our launchers set as ``spark.redaction.regex``: Spark's default, and any value with
-#: a URL that carries a password (``spark.backlog.metrics.url``), which Spark's default
-#: does not recognise.
-SPARK_REDACTION_REGEX = f"{SPARK_DEFAULT_REDACTION}|{_URL_PASSWORD}"
+#: Keys Spark's default misses: API keys and HTTP headers, as OpenLineage's transport
+#: settings carry them (``spark.openlineage.transport.auth.apiKey``,
+#: ``spark.openlineage.transport.headers.*``).
+_API_CREDENTIALS = r"api[._-]?key|authorization|transport[.]headers"
+#: What our launchers set as ``spark.redaction.regex``: Spark's default, API credentials,
+#: and any value with a URL that carries a password (``spark.backlog.metrics.url``), which
+#: Spark's default does not recognise.
+SPARK_REDACTION_REGEX = f"{SPARK_DEFAULT_REDACTION}|{_API_CREDENTIALS}|{_URL_PASSWORD}"
 REDACTED = "*****"
 
-_SECRET_WORDS = r"secret|password|passwd|token|access[._-]?key|credential|jaas"
+_SECRET_WORDS = rf"secret|password|passwd|token|access[._-]?key|credential|jaas|{_API_CREDENTIALS}"
 _SECRET_KEY = re.compile(_SECRET_WORDS, re.I)
 _URL_USERINFO = re.compile(_URL_PASSWORD)
 #: ``"sasl.password": "..."`` in JSON that could not be parsed (so ``redact`` cannot).

@@ -64,6 +64,21 @@ def test_sparks_redaction_regex_hides_our_metrics_url_and_what_spark_hides():
 
 
 @pytest.mark.parametrize(
+    "key",
+    [
+        "spark.openlineage.transport.auth.apiKey",
+        "spark.openlineage.transport.headers.X-Team",
+        "spark.openlineage.transport.headers.Authorization",
+    ],
+)
+def test_openlineage_transport_credentials_are_hidden_from_spark_and_our_messages(key):
+    assert re.search(SPARK_REDACTION_REGEX, key)
+    assert is_secret_key(key)
+    assert redact({key: "Bearer abc123"}) == {key: REDACTED}
+    assert not re.search(SPARK_REDACTION_REGEX, "spark.openlineage.transport.url")
+
+
+@pytest.mark.parametrize(
     ("url", "shown"),
     [
         ("postgresql://u:pa/ss@h/db", f"postgresql://u:{REDACTED}@h/db"),
