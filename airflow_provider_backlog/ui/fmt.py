@@ -1,13 +1,18 @@
-"""How the pages write times, durations and sizes: UTC in ISO form, so a time reads the same
-to everyone whatever their browser's zone, and durations in the largest units that keep
-them short (``350 ms``, ``4.2 s``, ``3 min 5 s``, ``2 h 5 min``)."""
+"""How the pages write times, durations, sizes and ids: UTC in ISO form, so a time reads the
+same to everyone whatever their browser's zone, durations in the largest units that keep
+them short (``350 ms``, ``4.2 s``, ``3 min 5 s``, ``2 h 5 min``), and long ids in pieces a
+table cell may wrap between."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from markupsafe import Markup
+
 _UNITS = ((86_400, "d"), (3_600, "h"), (60, "min"), (1, "s"))
 _SIZES = ("B", "KiB", "MiB", "GiB", "TiB")
+#: The most characters of an id a table cell keeps on one line.
+ID_PIECE = 16
 
 
 def utc(at: datetime | None) -> str:
@@ -62,3 +67,10 @@ def size(value: float | None) -> str:
 def share(part: float | None) -> str:
     """A fraction as a percentage: ``42%``; an empty string for None."""
     return "" if part is None else f"{part * 100:.0f}%"
+
+
+def breakable(text: str) -> Markup:
+    """``text`` escaped, with a line break allowed after every ``ID_PIECE`` characters: a
+    run id (32 hex digits) would otherwise widen its table, and the page, past a narrow
+    frame. Breaks only there, so that a cell never wraps an id after each character."""
+    return Markup("<wbr>").join(text[i : i + ID_PIECE] for i in range(0, len(text), ID_PIECE))

@@ -52,6 +52,7 @@ _templates.filters.update(
     count=fmt.count,
     size=fmt.size,
     share=fmt.share,
+    breakable=fmt.breakable,
 )
 
 

@@ -43,3 +43,15 @@ def test_sizes_counts_and_shares():
         "1.5 s",
         "33%",
     )
+
+
+@pytest.mark.parametrize(
+    ("text", "written"),
+    [
+        ("26833c22de494600946b8b42dce12712", "26833c22de494600<wbr>946b8b42dce12712"),
+        ("r1", "r1"),
+        ("<b>" + "x" * 14, "&lt;b&gt;" + "x" * 13 + "<wbr>x"),
+    ],
+)
+def test_an_id_may_wrap_only_between_pieces_of_16_characters(text, written):
+    assert str(fmt.breakable(text)) == written
