@@ -1,7 +1,11 @@
 """The Backlog view end to end: a real ``airflow api-server`` (SQLite, SimpleAuthManager, this
 provider's plugin found through its entry point) over the metrics of a real run of the
 events job. Requests sign in through the auth manager's /auth/token; Debian's chromium signs
-in through Airflow's own pages and reads the view in the iframe Airflow shows it in."""
+in through Airflow's own pages and reads the view in the iframe Airflow shows it in.
+
+Airflow runs in multi-team mode, SimpleAuthManager's way of letting a user read some DAGs
+and not others: team ``team_a``'s DAG bundle has the DAG that watches the job, team
+``team_b``'s one that watches job ``other``, and no DAG names job ``orphan``."""
 
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ import time
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -27,6 +32,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 
+from tests.airflow_provider_backlog.conftest import add_checkpoints
 from tests.integration.jobs import (
     JobDirs,
     backlog_then_live,
@@ -43,25 +49,40 @@ from tools.airflow_demo import airflow
 from tools.data import LiveProducer
 
 JOB = "events"
+#: Jobs whose rows the test writes beside the run's: one a DAG of team_b names, one no DAG.
+OTHER, ORPHAN = "other", "orphan"
 #: Live checkpoints the run makes before its landing files stop arriving.
 LIVE_CHECKPOINTS = 6
-#: ``outsider`` has no role: SimpleAuthManager gives such a user no access at all.
-USERS = "viewer:viewer,outsider:"
+#: SimpleAuthManager's roles: a viewer may read DAGs (of their teams), an op connections
+#: too, an admin everything; ``outsider`` has no role, and so no access at all.
+USERS = "admin:admin,viewer_a:viewer:team_a,viewer_b:viewer:team_b,op_a:op:team_a,outsider:"
 ROUTES = ["/backlog/", f"/backlog/jobs/{JOB}", "/backlog/dags/watches_events"]
+#: A second connection to the same metrics database.
+ELSEWHERE = "metrics_elsewhere"
 #: Where to keep a copy of the browser's screenshot (docs/images/backlog-view.png).
 SCREENSHOT_COPY = "BACKLOG_VIEW_SCREENSHOT"
-DAGS = f"""
+#: The browser's window, and so the widest frame the view is shown in.
+WIDTH = 1200
+IMPORTS = """
 from airflow.sdk import DAG
 from airflow.providers.standard.operators.empty import EmptyOperator
 
 from airflow_provider_backlog.sensors.metrics import BacklogPhaseSensor
-
+"""
+#: Each team's DAG bundle.
+BUNDLES = {
+    "team_a": f"""{IMPORTS}
 with DAG("watches_events", schedule=None):
     BacklogPhaseSensor(task_id="wait_until_live", job_name="{JOB}", phase="live")
 
 with DAG("runs_no_job", schedule=None):
     EmptyOperator(task_id="nothing")
-"""
+""",
+    "team_b": f"""{IMPORTS}
+with DAG("watches_other", schedule=None):
+    BacklogPhaseSensor(task_id="wait_until_live", job_name="{OTHER}", phase="live")
+""",
+}
 
 # One job's metrics and one api-server serve every test here: keep them on one worker.
 pytestmark = pytest.mark.xdist_group("backlog_view")
@@ -89,8 +110,9 @@ class Airflow:
         assert answer.status_code == 201, answer.text
         return answer.json()["access_token"]
 
-    def get(self, path: str, user: str | None = None) -> httpx.Response:
-        headers = {"Authorization": f"Bearer {self.token(user)}"} if user else {}
+    def get(self, path: str, user: str | None = None, **headers: str) -> httpx.Response:
+        if user:
+            headers["Authorization"] = f"Bearer {self.token(user)}"
         return httpx.get(f"{self.url}{path}", headers=headers, timeout=60)
 
 
@@ -110,22 +132,30 @@ def start_job(dirs: JobDirs) -> tuple[subprocess.Popen, LiveProducer]:
 
 
 def start_server(root: Path, metrics_db: Path, port: int) -> subprocess.Popen:
-    """Airflow on SQLite in ``root``, its DAGs serialized, serving on loopback."""
-    dags = root / "dags"
-    dags.mkdir(parents=True)
-    (dags / "dags.py").write_text(DAGS, encoding="utf-8")
+    """Airflow on SQLite in ``root``, in multi-team mode with a DAG bundle per team, its
+    DAGs serialized, serving on loopback."""
+    bundles = []
+    for team, source in BUNDLES.items():
+        folder = root / "dags" / team
+        folder.mkdir(parents=True)
+        (folder / "dags.py").write_text(source, encoding="utf-8")
+        local = "airflow.dag_processing.bundles.local.LocalDagBundle"
+        bundles.append(
+            {"name": team, "classpath": local, "kwargs": {"path": str(folder)}, "team_name": team}
+        )
+    metrics = json.dumps({"conn_type": "backlog_metrics", "host": str(metrics_db)})
     env = {key: value for key, value in os.environ.items() if not key.startswith("AIRFLOW")}
     env |= {
         "AIRFLOW_HOME": str(root / "home"),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__MULTI_TEAM": "True",
+        "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST": json.dumps(bundles),
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": USERS,
         "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(64),
-        "AIRFLOW_CONN_BACKLOG_METRICS_DEFAULT": json.dumps(
-            {"conn_type": "backlog_metrics", "host": str(metrics_db)}
-        ),
+        "AIRFLOW_CONN_BACKLOG_METRICS_DEFAULT": metrics,
+        f"AIRFLOW_CONN_{ELSEWHERE.upper()}": metrics,
     }
-    for command in (("db", "migrate"), ("dags", "reserialize")):
+    for command in (("db", "migrate"), ("teams", "sync"), ("dags", "reserialize")):
         subprocess.run(airflow(*command), env=env, check=True, capture_output=True, timeout=180)
     with (root / "api-server.log").open("w") as log:
         return subprocess.Popen(
@@ -181,6 +211,9 @@ def deployment(tmp_path_factory: pytest.TempPathFactory, jvm_archive: Path) -> I
         )
         producer.stop()
         finish(job, 120)
+        metrics_url = f"sqlite:///{dirs.metrics_dir / 'metrics.db'}"
+        for name in (OTHER, ORPHAN):
+            add_checkpoints(metrics_url, name, f"{name}-run", datetime.now(UTC), "bl")
         yield Airflow(url, root / "airflow" / "home", dirs)
     finally:
         producer.stop()
@@ -213,11 +246,11 @@ def test_401_without_a_token_403_without_access_200_with(deployment: Airflow, pa
     assert deployment.get(path).status_code == 401
     forbidden = deployment.get(path, "outsider")
     assert (forbidden.status_code, forbidden.json()) == (403, {"detail": "Forbidden"})
-    assert deployment.get(path, "viewer").status_code == 200
+    assert deployment.get(path, "viewer_a").status_code == 200
 
 
 def test_the_jobs_page_lists_the_job(deployment: Airflow):
-    page = deployment.get("/backlog/", "viewer").text
+    page = deployment.get("/backlog/", "viewer_a").text
     assert f'<tr data-job="{JOB}">' in page
     assert f'href="/backlog/jobs/{JOB}?conn_id=backlog_metrics_default"' in page
 
@@ -225,7 +258,7 @@ def test_the_jobs_page_lists_the_job(deployment: Airflow):
 def test_the_job_page_draws_what_the_tables_hold(deployment: Airflow):
     """Every checkpoint and transition of the run is a mark of the timeline, and each run
     a row of the runs table, with its checkpoints counted."""
-    page = deployment.get(f"/backlog/jobs/{JOB}", "viewer").text
+    page = deployment.get(f"/backlog/jobs/{JOB}", "viewer_a").text
     checkpoint_rows, transition_rows, run_count = job_tables(deployment.job)
     assert (transition_rows, run_count) == (2, 1)  # into backlog, then live
     assert checkpoint_rows > LIVE_CHECKPOINTS
@@ -240,10 +273,101 @@ def test_the_job_page_draws_what_the_tables_hold(deployment: Airflow):
 
 
 def test_the_dag_tab_lists_the_jobs_of_the_dag_or_says_there_are_none(deployment: Airflow):
-    watching = deployment.get("/backlog/dags/watches_events", "viewer").text
+    watching = deployment.get("/backlog/dags/watches_events", "viewer_a").text
     assert f'<tr data-job="{JOB}">' in watching
-    idle = deployment.get("/backlog/dags/runs_no_job", "viewer").text
+    idle = deployment.get("/backlog/dags/runs_no_job", "viewer_a").text
     assert "launches or watches no streaming job" in idle
+
+
+def listed(page: str) -> list[str]:
+    return re.findall(r'<tr data-job="([^"]+)">', page)
+
+
+@pytest.mark.parametrize(
+    ("user", "shown"),
+    [
+        ("admin", [JOB, ORPHAN, OTHER]),
+        ("viewer_a", [JOB]),
+        ("viewer_b", [OTHER]),
+        ("op_a", [JOB, ORPHAN]),
+    ],
+)
+def test_a_user_sees_the_jobs_of_the_dags_they_may_read(
+    deployment: Airflow, user: str, shown: list[str]
+):
+    """And the jobs no DAG names when they may read the connection; nothing of the rest."""
+    page = deployment.get("/backlog/", user)
+    assert page.status_code == 200
+    assert listed(page.text) == shown
+    for hidden in {JOB, OTHER, ORPHAN} - set(shown):
+        assert f"/backlog/jobs/{hidden}?" not in page.text and f"{hidden}-run" not in page.text
+
+
+def refused_without_a_dag(job: str) -> str:
+    return (
+        f"job {job!r} is named by no DAG you may read, and only users who may read "
+        "connection 'backlog_metrics_default' see the jobs no DAG names"
+    )
+
+
+@pytest.mark.parametrize(
+    ("user", "job", "detail"),
+    [
+        ("viewer_a", OTHER, refused_without_a_dag(OTHER)),
+        ("viewer_a", ORPHAN, refused_without_a_dag(ORPHAN)),
+        ("viewer_a", "never-ran", refused_without_a_dag("never-ran")),
+        ("viewer_b", JOB, refused_without_a_dag(JOB)),
+        ("op_a", OTHER, f"job {OTHER!r} is named by DAGs you may not read"),
+    ],
+)
+def test_a_job_a_user_may_not_see_is_403_with_nothing_of_it(
+    deployment: Airflow, user: str, job: str, detail: str
+):
+    answer = deployment.get(f"/backlog/jobs/{job}", user)
+    assert (answer.status_code, answer.json()) == (403, {"detail": detail})
+    page = deployment.get(f"/backlog/jobs/{job}?run_id={job}-run", user, Accept="text/html")
+    assert page.status_code == 403 and 'id="sign-in"' in page.text
+    assert "<table" not in page.text and "<svg" not in page.text
+
+
+@pytest.mark.parametrize(
+    ("user", "job"), [("viewer_b", OTHER), ("op_a", ORPHAN), ("admin", OTHER), ("admin", ORPHAN)]
+)
+def test_a_job_page_is_shown_to_a_user_who_may_see_the_job(
+    deployment: Airflow, user: str, job: str
+):
+    answer = deployment.get(f"/backlog/jobs/{job}", user)
+    assert answer.status_code == 200, answer.text
+    assert f'<tr data-run="{job}-run">' in answer.text
+
+
+def test_the_dag_tab_of_a_dag_a_user_may_not_read_is_403(deployment: Airflow):
+    refused = deployment.get("/backlog/dags/watches_events", "viewer_b")
+    assert (refused.status_code, refused.json()) == (403, {"detail": "Forbidden"})
+    assert listed(deployment.get("/backlog/dags/watches_other", "viewer_b").text) == [OTHER]
+
+
+@pytest.mark.parametrize("path", ROUTES)
+def test_another_connection_needs_read_access_to_it(deployment: Airflow, path: str):
+    """The default one needs none: the pages' own links name it."""
+    assert deployment.get(f"{path}?conn_id=backlog_metrics_default", "viewer_a").status_code == 200
+    refused = deployment.get(f"{path}?conn_id={ELSEWHERE}", "viewer_a")
+    assert (refused.status_code, refused.json()) == (
+        403,
+        {
+            "detail": f"reading the metrics of connection {ELSEWHERE!r} needs read access to "
+            "that connection; without it the view reads 'backlog_metrics_default'"
+        },
+    )
+    answer = deployment.get(f"{path}?conn_id={ELSEWHERE}", "op_a")
+    assert answer.status_code == 200, answer.text
+    assert f"conn_id={ELSEWHERE}" in answer.text
+
+
+def test_a_user_who_may_read_another_connection_sees_its_jobs(deployment: Airflow):
+    page = deployment.get(f"/backlog/?conn_id={ELSEWHERE}", "op_a").text
+    assert listed(page) == [JOB, ORPHAN]
+    assert f'href="/backlog/jobs/{JOB}?conn_id={ELSEWHERE}"' in page
 
 
 @pytest.fixture(scope="module")
@@ -260,7 +384,7 @@ def browser() -> Iterator[WebDriver]:
     try:
         chrome.execute_cdp_cmd(
             "Emulation.setDeviceMetricsOverride",
-            {"width": 1200, "height": 800, "deviceScaleFactor": 1, "mobile": False},
+            {"width": WIDTH, "height": 800, "deviceScaleFactor": 1, "mobile": False},
         )
         yield chrome
     finally:
@@ -280,15 +404,25 @@ def wait(page: WebDriver, found: Callable[[], list], what: str, timeout_s: float
     return WebDriverWait(page, timeout_s).until(lambda _: found(), f"waiting for {what}")
 
 
+def widths(page: WebDriver) -> tuple[int, int]:
+    """The document's width and the width it is shown in: wider, it scrolls sideways."""
+    return tuple(
+        page.execute_script(
+            "return [document.documentElement.scrollWidth, document.documentElement.clientWidth]"
+        )
+    )
+
+
 def test_a_browser_signs_in_and_reads_the_view_in_airflow(
     deployment: Airflow, browser: WebDriver, tmp_path: Path
 ):
     """From Airflow's sign-in page to the Backlog entry's page, whose iframe shows the
-    jobs, then the run's timeline with a mark per checkpoint; a screenshot is kept."""
+    jobs, then the run's timeline with a mark per checkpoint, without scrolling sideways
+    in the frame Airflow gives it in a 1,200 px window; a screenshot is kept."""
     browser.get(f"{deployment.url}/api/v2/monitor/health")
     browser.delete_all_cookies()  # signed out, whatever ran before
     browser.get(f"{deployment.url}/plugin/backlog")
-    sign_in(browser, "viewer", deployment.password("viewer"))
+    sign_in(browser, "viewer_a", deployment.password("viewer_a"))
     frame = wait(browser, lambda: browser.find_elements(By.TAG_NAME, "iframe"), "the view")[0]
     browser.switch_to.frame(frame)
     run_link = wait(
@@ -301,6 +435,8 @@ def test_a_browser_signs_in_and_reads_the_view_in_airflow(
         "the run's timeline",
     )
     assert len(marks) == job_tables(deployment.job)[0]
+    scroll_width, frame_width = widths(browser)
+    assert scroll_width <= frame_width < WIDTH
     browser.execute_script("document.getElementById('timeline').scrollIntoView({block: 'end'})")
     browser.switch_to.default_content()
     assert browser.current_url.startswith(f"{deployment.url}/plugin/backlog/backlog/jobs/{JOB}")
@@ -311,10 +447,32 @@ def test_a_browser_signs_in_and_reads_the_view_in_airflow(
         shutil.copyfile(screenshot, copy)
 
 
+def test_a_job_and_a_run_fit_a_1200_px_frame(
+    deployment: Airflow, browser: WebDriver, tmp_path: Path
+):
+    """Each page on its own in a 1,200 px window, a screenshot of each kept whole."""
+    with_token(browser, deployment)
+    browser.get(f"{deployment.url}/backlog/jobs/{JOB}")
+    run_page = wait(browser, lambda: browser.find_elements(By.CSS_SELECTOR, "#runs a"), "runs")
+    pages = {"job": browser.current_url, "run": run_page[0].get_attribute("href")}
+    for name, url in pages.items():
+        browser.get(url)
+        wait(browser, lambda: browser.find_elements(By.ID, "timeline"), f"the {name}'s page")
+        scroll_width, page_width = widths(browser)
+        assert scroll_width <= page_width <= WIDTH, name
+        height = browser.execute_script("return document.documentElement.scrollHeight")
+        screenshot = tmp_path / f"{name}-{WIDTH}px.png"
+        whole = {"width": WIDTH, "height": height, "deviceScaleFactor": 1, "mobile": False}
+        browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", whole)
+        browser.save_screenshot(str(screenshot))
+        browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", whole | {"height": 800})
+        print(f"screenshot: {screenshot}")
+
+
 def with_token(browser: WebDriver, deployment: Airflow) -> None:
     """Signed in as the viewer, by the cookie Airflow's sign-in sets."""
     browser.get(f"{deployment.url}/api/v2/monitor/health")
-    browser.add_cookie({"name": "_token", "value": deployment.token("viewer"), "path": "/"})
+    browser.add_cookie({"name": "_token", "value": deployment.token("viewer_a"), "path": "/"})
 
 
 def view_frame(browser: WebDriver, page: str) -> None:
@@ -347,7 +505,7 @@ def test_a_browser_signed_out_signs_in_again_inside_the_view(
     browser.delete_cookie("_token")
     links[0].click()
     wait(browser, lambda: browser.find_elements(By.ID, "sign-in"), "the sign-in link")[0].click()
-    sign_in(browser, "viewer", deployment.password("viewer"))
+    sign_in(browser, "viewer_a", deployment.password("viewer_a"))
     wait(browser, lambda: browser.find_elements(By.ID, "timeline"), "the job's page again")
     browser.switch_to.default_content()
     assert browser.find_elements(By.TAG_NAME, "iframe")
