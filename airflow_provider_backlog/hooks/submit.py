@@ -258,6 +258,7 @@ class BacklogSubmitHook(SparkSubmitAdapter):
                 'AIRFLOW_CONN_SPARK_DEFAULT=\'{"conn_type": "spark", "host": "local[2]"}\' '
                 "or spark://master.example.com:7077"
             ) from None
+        self.spark_conn_id = conn_id
         master = connection.host or ""
         if master.startswith("k8s://") and not _kubernetes_provider_installed():
             raise AirflowException(
@@ -333,11 +334,12 @@ class BacklogSubmitHook(SparkSubmitAdapter):
 
     def spark_binary_path(self) -> list[str]:
         binary = self.spark_binary
-        found = shutil.which(binary) or shutil.which(binary, path=os.path.dirname(sys.executable))
+        beside_python = os.path.dirname(sys.executable)
+        found = shutil.which(binary) or shutil.which(binary, path=beside_python)
         if found is None:
+            searched = os.environ.get("PATH", os.defpath)
             raise AirflowException(
-                f"{binary} is neither on PATH nor next to {sys.executable}: install pyspark "
-                "into the Airflow worker's environment, or put its bin directory on PATH"
+                spark_submit_missing(binary, self.spark_conn_id, searched, beside_python)
             )
         return [found]
 
@@ -439,6 +441,22 @@ class BacklogSubmitHook(SparkSubmitAdapter):
             "--kill",
             target,
         ]
+
+
+def spark_submit_missing(binary: str, conn_id: str, searched: str, beside_python: str) -> str:
+    """Why a launch cannot start on this worker: the ``binary`` the Spark connection
+    ``conn_id`` names (its ``spark-binary``, spark-submit by default) is neither on the PATH
+    ``searched`` nor in ``beside_python``; and what brings it. The provider installs without
+    pyspark, whose wheel is what puts spark-submit beside a virtual environment's Python."""
+    return (
+        f"{binary} not found: Spark connection {conn_id!r} runs {binary!r} (its spark-binary "
+        f"extra, spark-submit by default), which is neither on PATH ({searched}) nor in "
+        f"{beside_python}, beside this worker's Python. spark-submit comes with pyspark: "
+        "install this provider with its spark extra, pip install "
+        "'airflow-provider-backlog[spark]' (with the project's constraints.txt), or put a "
+        "Spark distribution's bin directory on PATH (the connection's spark-binary extra "
+        "picks spark-submit, spark2-submit or spark3-submit there)"
+    )
 
 
 def _kubernetes_provider_installed() -> bool:

@@ -56,6 +56,57 @@ def test_spark_submit_is_found_next_to_the_interpreter_when_not_on_path(local_sp
     assert hook().submit_command("app.py")[0] == spark_submit
 
 
+@pytest.fixture
+def worker_without_spark(monkeypatch, tmp_path):
+    """A worker whose Python has no spark-submit beside it and whose PATH has none either,
+    as where the provider is installed without its spark extra: its PATH and the directory
+    of its Python."""
+    path = tmp_path / "usr-bin"
+    beside_python = tmp_path / "venv" / "bin"
+    path.mkdir()
+    beside_python.mkdir(parents=True)
+    monkeypatch.setenv("PATH", str(path))
+    monkeypatch.setattr(sys, "executable", str(beside_python / "python"))
+    return str(path), str(beside_python)
+
+
+def test_a_worker_without_spark_submit_is_told_what_is_missing_before_the_launch_starts(
+    local_spark, worker_without_spark, tmp_path
+):
+    path, beside_python = worker_without_spark
+    log_path = tmp_path / "logs" / "run.log"
+    launch = hook(metrics_url="postgresql://metrics:s3cret@db/metrics")
+    with pytest.raises(AirflowException) as raised:
+        launch.start("/app/events_pipeline.py", log_path)
+    message = str(raised.value)
+    assert message.startswith(
+        "spark-submit not found: Spark connection 'spark_test' runs 'spark-submit' "
+    )
+    assert f"neither on PATH ({path}) nor in {beside_python}, beside this worker's Python" in (
+        message
+    )
+    assert "pip install 'airflow-provider-backlog[spark]'" in message
+    assert "or put a Spark distribution's bin directory on PATH" in message
+    assert "s3cret" not in message
+    assert not log_path.parent.exists()  # nothing was started, not even the driver's log
+
+
+def test_the_missing_spark_binary_is_the_one_the_connection_names(
+    monkeypatch, worker_without_spark
+):
+    connection = {
+        "conn_type": "spark",
+        "host": "local[2]",
+        "extra": {"spark-binary": "spark3-submit"},
+    }
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_TEST", json.dumps(connection))
+    with pytest.raises(AirflowException) as raised:
+        hook().submit_command("app.py")
+    assert str(raised.value).startswith(
+        "spark3-submit not found: Spark connection 'spark_test' runs 'spark3-submit' "
+    )
+
+
 def test_a_missing_spark_connection_is_an_error_not_yarn():
     with pytest.raises(AirflowException) as raised:
         hook(conn_id="no_such_spark")
