@@ -221,12 +221,9 @@ def run_all(
             continue
         window_s = max(60.0, 3 * setup.cadence_s)
         name = f"{live}-{setup.name}"
-        topic = None if kafka is None else KafkaTopic(kafka.bootstrap_servers, name, PARTITIONS)
-        run = Run(
+        run = Run.on(
+            workspace,
             name,
-            workspace.root / name,
-            workspace.root / "history",
-            workspace.metrics_url,
             setup.conf | LAG_RULE,
             [
                 *setup.args,
@@ -235,9 +232,10 @@ def run_all(
                 "--rows-per-partition",
                 str(cap // args.shuffle_partitions),
             ],
-            kafka=topic,
+            kafka,
+            PARTITIONS,
         )
-        if topic is None:
+        if kafka is None:
             keep_going = for_seconds_after(caught_up, window_s + 2)
             checkpoints = run.execute(workspace.first_live_id, args.live_events_per_s, keep_going)
             burst_at = None

@@ -233,16 +233,13 @@ def run_phase(
     measured: dict[str, list[Checkpoint]] = {}
     step_at = None
     for label, conf in configurations.items():
-        name = f"{live}-{label}"
-        topic = None if kafka is None else KafkaTopic(kafka.bootstrap_servers, name, PARTITIONS)
-        run = Run(
-            name,
-            workspace.root / name,
-            workspace.root / "history",
-            workspace.metrics_url,
+        run = Run.on(
+            workspace,
+            f"{live}-{label}",
             common | conf,
             ["--shuffle-partitions", "2"],
-            kafka=topic,
+            kafka,
+            PARTITIONS,
         )
         if label == "fixed-1s":
             keep_going = for_seconds_after(caught_up, window_s + 2)

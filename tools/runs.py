@@ -268,6 +268,22 @@ class Run:
     def command(self) -> list[str]:
         return spark_submit_command(events_pipeline.__file__, self.spark_conf(), *self.job_args())
 
+    @classmethod
+    def on(
+        cls,
+        workspace: Workspace,
+        name: str,
+        conf: dict[str, str],
+        args: list[str],
+        broker: KafkaTopic | None,
+        partitions: int,
+    ) -> Run:
+        """Run ``name`` on the workspace's backlog and metrics; live, a topic ``name`` of
+        ``broker`` (its ``partitions``) or, without one, a landing directory."""
+        topic = None if broker is None else KafkaTopic(broker.bootstrap_servers, name, partitions)
+        root = workspace.root
+        return cls(name, root / name, root / "history", workspace.metrics_url, conf, args, topic)
+
     def checkpoints(self) -> list[Checkpoint]:
         return checkpoints_so_far(self.metrics_url, self.name)
 
