@@ -45,6 +45,9 @@ class Checkpoint:
     state_rows: int | None = None
     #: The event time of its oldest row (None: no rows, or not observed).
     oldest_event_s: float | None = None
+    #: The run (one launch of the job) that committed it, and the interval it ran at.
+    run_id: str | None = None
+    interval_ms: int | None = None
 
     @property
     def freshness_s(self) -> float | None:
@@ -105,6 +108,8 @@ def _checkpoint(row: sa.RowMapping) -> Checkpoint:
         state_disk_bytes=row["state_disk_bytes"],
         state_rows=row["state_rows_total"],
         oldest_event_s=oldest_event_at(metrics),
+        run_id=row["run_id"],
+        interval_ms=row["effective_interval_ms"],
     )
 
 
@@ -198,6 +203,18 @@ def caught_up(checkpoints: Sequence[Checkpoint]) -> list[Checkpoint]:
     return []
 
 
+def steady_live(run: Sequence[Checkpoint]) -> list[Checkpoint]:
+    """Steady real time of one run: its live checkpoints committed in the second half of its
+    live time. The first half serves what piled up before it (the backlog's tail, or the
+    events that arrived while a relaunch handed over), at a freshness the interval does not
+    set."""
+    live = [c for c in run if not c.is_backlog]
+    if not live:
+        return []
+    halfway = (live[0].committed_at + live[-1].committed_at) / 2
+    return [c for c in live if c.committed_at >= halfway]
+
+
 @dataclass(frozen=True)
 class Reentry:
     """How a run answered a pile-up that started at ``burst_at`` (epoch seconds)."""
@@ -258,10 +275,20 @@ def plot_timeline(
     title: str,
     marks: Sequence[Sequence[tuple[float, str]]] = (),
 ) -> Path:
+    """``timeline_figure`` written to ``path`` as a PNG."""
+    return save_chart(timeline_figure(runs, title, marks), path)
+
+
+def timeline_figure(
+    runs: Sequence[tuple[str, Sequence[Checkpoint]]],
+    title: str,
+    marks: Sequence[Sequence[tuple[float, str]]] = (),
+) -> Any:
     """One panel per run, on one time axis: a bar per batch (its rows, log scale, as long as
     it ran), backlog shaded, a grey line per checkpoint, and the median freshness of each
     live batch's events on a second axis. ``marks`` label moments (epoch seconds) per run:
-    transitions, a burst."""
+    transitions, a burst. A mark is a dashed line through its panel; its label sits in a
+    strip of its own above the bars (``place_labels``), where no bar can hide it."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -269,55 +296,29 @@ def plot_timeline(
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
-    figure, axes = plt.subplots(
-        len(runs), 1, figsize=(12, 3.4 * len(runs)), squeeze=False, sharex=True
-    )
+    panel_marks = [marks[index] if index < len(marks) else () for index in range(len(runs))]
+    figure = plt.figure(figsize=(12, PANEL_IN * len(runs)), layout="constrained")
+    panels = figure.add_gridspec(len(runs), 1)
     legend = [
         Patch(color=BACKLOG_COLOUR, label="backlog batch"),
         Patch(facecolor=BACKLOG_COLOUR, hatch="//", edgecolor="white", label="backlog by lag"),
         Patch(color=LIVE_COLOUR, label="live batch"),
         Line2D([], [], color=FRESHNESS_COLOUR, marker=".", label="live freshness p50"),
     ]
-    for index, (axis, (label, checkpoints)) in enumerate(zip(axes[:, 0], runs, strict=True)):
-        axis.set_title(label if checkpoints else f"{label}: no checkpoints")
+    shared = None
+    strips: list[tuple[Any, Any, list[Any]] | None] = [None] * len(runs)
+    for index, (label, checkpoints) in enumerate(runs):
+        labelled = bool(checkpoints and panel_marks[index])
+        cells = panels[index].subgridspec(2 if labelled else 1, 1)
+        axis = figure.add_subplot(cells[-1], sharex=shared)
+        shared = shared or axis
+        strip = figure.add_subplot(cells[0], sharex=shared) if labelled else None
+        (strip or axis).set_title(label if checkpoints else f"{label}: no checkpoints")
         axis.set_ylabel("rows per batch")
         if not checkpoints:
             continue
         origin = checkpoints[0].started_at
-        for checkpoint in checkpoints:
-            if checkpoint.is_backlog:
-                axis.axvspan(
-                    checkpoint.started_at - origin,
-                    checkpoint.committed_at - origin,
-                    color=BACKLOG_COLOUR,
-                    alpha=0.15,
-                    lw=0,
-                )
-            axis.bar(
-                checkpoint.started_at - origin,
-                max(checkpoint.rows, 1),
-                width=max(checkpoint.duration_s, 0.05),
-                align="edge",
-                color=BACKLOG_COLOUR if checkpoint.is_backlog else LIVE_COLOUR,
-                hatch="//" if checkpoint.is_backlog and checkpoint.rule in LAG_RULES else None,
-                edgecolor="white",
-                lw=0,
-            )
-            axis.axvline(checkpoint.committed_at - origin, color="#555555", lw=0.4, alpha=0.4)
-        axis.set_yscale("log")
-        for at, text in marks[index] if index < len(marks) else ():
-            axis.axvline(at - origin, color=MARK_COLOUR, lw=1, ls="--")
-            axis.annotate(
-                text,
-                (at - origin, 1),
-                xycoords=("data", "axes fraction"),
-                rotation=90,
-                va="top",
-                ha="right",
-                fontsize="x-small",
-                color=MARK_COLOUR,
-                bbox={"facecolor": "white", "alpha": 0.7, "lw": 0, "pad": 1},
-            )
+        _draw_batches(axis, checkpoints, origin)
         fresh = [
             (c.committed_at - origin, median([c.committed_at - t for t in quantiles]))
             for c in checkpoints
@@ -329,22 +330,149 @@ def plot_timeline(
             twin.set_yscale("log")
             twin.set_ylabel("freshness p50 (s)", color=FRESHNESS_COLOUR)
         axis.legend(handles=legend, loc="upper right", fontsize="small")
-    axes[-1, 0].set_xlabel("seconds since the first batch started (grey lines: checkpoints)")
+        if strip is not None:
+            strips[index] = (cells, strip, _draw_marks(strip, axis, panel_marks[index], origin))
+    axis.set_xlabel("seconds since the first batch started (grey lines: checkpoints)")
     figure.suptitle(title)
-    return save_chart(figure, path)
+    _lay_out_labels(figure, panels, strips)
+    return figure
+
+
+def _draw_batches(axis: Any, checkpoints: Sequence[Checkpoint], origin: float) -> None:
+    for checkpoint in checkpoints:
+        if checkpoint.is_backlog:
+            axis.axvspan(
+                checkpoint.started_at - origin,
+                checkpoint.committed_at - origin,
+                color=BACKLOG_COLOUR,
+                alpha=0.15,
+                lw=0,
+            )
+        axis.bar(
+            checkpoint.started_at - origin,
+            max(checkpoint.rows, 1),
+            width=max(checkpoint.duration_s, 0.05),
+            align="edge",
+            color=BACKLOG_COLOUR if checkpoint.is_backlog else LIVE_COLOUR,
+            hatch="//" if checkpoint.is_backlog and checkpoint.rule in LAG_RULES else None,
+            edgecolor="white",
+            lw=0,
+        )
+        axis.axvline(checkpoint.committed_at - origin, color="#555555", lw=0.4, alpha=0.4)
+    axis.set_yscale("log")
+
+
+def _draw_marks(
+    strip: Any, axis: Any, marks: Sequence[tuple[float, str]], origin: float
+) -> list[Any]:
+    """A dashed line per mark through the bars, and its label in the strip (in row 0 until
+    ``_lay_out_labels`` places it and draws its line up to it)."""
+    strip.tick_params(bottom=False, labelbottom=False, left=False, labelleft=False)
+    for side in strip.spines.values():
+        side.set_visible(False)
+    labels = []
+    for at, text in marks:
+        axis.axvline(at - origin, color=MARK_COLOUR, lw=1, ls="--")
+        labels.append(
+            strip.annotate(
+                text,
+                (at - origin, 0),
+                xytext=(LABEL_PAD_PT, 0),
+                textcoords="offset points",
+                ha="left",
+                va="center",
+                fontsize="x-small",
+                color=MARK_COLOUR,
+                # over the line of a mark whose label sits in a higher row
+                bbox={"facecolor": "white", "lw": 0, "pad": 0.5},
+            )
+        )
+    return labels
+
+
+def _lay_out_labels(
+    figure: Any, panels: Any, strips: Sequence[tuple[Any, Any, list[Any]] | None]
+) -> None:
+    """Measure the drawn labels, place them (``place_labels``) and size each panel's strip
+    (None: it has no labels) to its rows; the figure grows by the strips' height."""
+    figure.draw_without_rendering()
+    points = figure.dpi / 72
+    heights = []
+    for panel in strips:
+        if panel is None:
+            heights.append(PANEL_IN)
+            continue
+        cells, strip, labels = panel
+        box = strip.get_window_extent()
+        marks_px = [strip.transData.transform((label.xy[0], 0))[0] for label in labels]
+        widths = [label.get_window_extent().width + LABEL_PAD_PT * points for label in labels]
+        places = place_labels(marks_px, widths, box.x1, LABEL_GAP_PT * points)
+        for label, place in zip(labels, places, strict=True):
+            label.xy = (label.xy[0], place.row)
+            label.set_horizontalalignment("right" if place.leftward else "left")
+            label.xyann = (-LABEL_PAD_PT if place.leftward else LABEL_PAD_PT, 0)
+            strip.vlines(label.xy[0], -0.5, place.row, color=MARK_COLOUR, lw=1, ls="--")
+        rows = 1 + max(place.row for place in places)
+        strip.set_ylim(-0.5, rows - 0.5)
+        cells.set_height_ratios([rows * LABEL_ROW_IN, PANEL_IN])
+        heights.append(PANEL_IN + rows * LABEL_ROW_IN)
+    panels.set_height_ratios(heights)
+    figure.set_figheight(sum(heights))
+
+
+@dataclass(frozen=True)
+class LabelPlace:
+    """Where a mark's label goes in the strip above its panel's bars."""
+
+    #: 0 is the row nearest the bars.
+    row: int
+    #: It ends at its mark instead of starting there.
+    leftward: bool
+
+
+def place_labels(
+    marks: Sequence[float], widths: Sequence[float], right: float, gap: float
+) -> list[LabelPlace]:
+    """Where each mark's label goes, all in one unit (pixels): beside its mark, to its right
+    unless it would run past ``right`` (then to its left), in the lowest row where it starts
+    at least ``gap`` after the label before it in that row ends. So no two labels touch, and
+    they take as few rows as that allows. In the order of ``marks``."""
+    spans = [
+        (mark - width, width, True) if mark + width > right else (mark, width, False)
+        for mark, width in zip(marks, widths, strict=True)
+    ]
+    row_ends: list[float] = []
+    places: dict[int, LabelPlace] = {}
+    for index in sorted(range(len(spans)), key=lambda i: spans[i][0]):
+        start, width, leftward = spans[index]
+        row = next((r for r, end in enumerate(row_ends) if end + gap <= start), len(row_ends))
+        if row == len(row_ends):
+            row_ends.append(start + width)
+        else:
+            row_ends[row] = start + width
+        places[index] = LabelPlace(row, leftward)
+    return [places[index] for index in range(len(spans))]
 
 
 def save_chart(figure: Any, path: Path, dpi: int = 110) -> Path:
-    """``figure`` laid out and written to ``path`` as a PNG, then closed."""
+    """``figure`` laid out (tightly, unless it has a layout of its own) and written to
+    ``path`` as a PNG, then closed."""
     import matplotlib.pyplot as plt
 
-    figure.tight_layout()
+    if figure.get_layout_engine() is None:
+        figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=dpi)
     plt.close(figure)
     return path
 
 
+#: A panel's height without its labels, a row of labels above it, and how far a label
+#: keeps from its mark line and from the label before it in its row.
+PANEL_IN = 3.4
+LABEL_ROW_IN = 0.16
+LABEL_PAD_PT = 2.0
+LABEL_GAP_PT = 6.0
 BACKLOG_COLOUR = "#b5651d"
 LIVE_COLOUR = "#2b7bb9"
 FRESHNESS_COLOUR = "#2ca02c"

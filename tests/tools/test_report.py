@@ -9,6 +9,7 @@ from spark_jobs.metrics.schema import CheckpointRow, TransitionRow
 from spark_jobs.metrics.writer import MetricsWriter
 from tools.report import (
     Checkpoint,
+    LabelPlace,
     Reentry,
     cadence_s,
     caught_up,
@@ -18,8 +19,11 @@ from tools.report import (
     periods,
     phase_changes,
     phase_stats,
+    place_labels,
     plot_timeline,
     reentry,
+    steady_live,
+    timeline_figure,
     warm_up_s,
     weighted_percentile,
 )
@@ -72,6 +76,8 @@ def test_load_reads_back_what_the_coordinator_wrote(tmp_path):
         state_disk_bytes=3915,
         state_rows=5,
         oldest_event_s=0.5,
+        run_id="r",
+        interval_ms=1000,
     )
     assert loaded.freshness_s == T0.timestamp() - 0.5
     assert transition["reason"] == "hybrid-phase: x"
@@ -120,6 +126,65 @@ def test_the_timeline_chart_is_a_png(tmp_path):
     assert path.stat().st_size > 10_000
 
 
+def test_labels_clear_of_each_other_share_the_row_nearest_the_bars():
+    places = place_labels([0, 100, 300], [80, 150, 50], right=1000, gap=6)
+    # 0-80, 100-250 and 300-350: each starts more than 6 px after the one before ends.
+    assert places == [LabelPlace(0, False), LabelPlace(0, False), LabelPlace(0, False)]
+
+
+def test_labels_that_would_touch_go_to_the_lowest_row_free_where_they_start():
+    places = place_labels([0, 50, 60, 200], [100, 100, 100, 30], right=1000, gap=6)
+    # 0-100, then 50-150 and 60-160 overlap it and each other; 200 is clear of row 0's end.
+    assert places == [
+        LabelPlace(0, False),
+        LabelPlace(1, False),
+        LabelPlace(2, False),
+        LabelPlace(0, False),
+    ]
+    # Within the gap of the label before it in row 0 (ends at 100): a row up.
+    assert place_labels([0, 105], [100, 10], right=1000, gap=6)[1] == LabelPlace(1, False)
+    assert place_labels([0, 106], [100, 10], right=1000, gap=6)[1] == LabelPlace(0, False)
+
+
+def test_a_label_that_would_pass_the_right_edge_ends_at_its_mark_instead():
+    places = place_labels([900, 950], [120, 40], right=1000, gap=6)
+    # 950-990 fits; 900-1020 would not, so it spans 780-900, clear of 950.
+    assert places == [LabelPlace(0, True), LabelPlace(0, False)]
+    # In the order of the marks given: 870-990 starts 70 px after 700-800 ends.
+    assert place_labels([990, 700], [120, 100], right=1000, gap=6) == [
+        LabelPlace(0, True),
+        LabelPlace(0, False),
+    ]
+
+
+def test_the_timeline_keeps_every_mark_label_clear_of_the_bars_and_of_each_other():
+    batches = [
+        checkpoint(0, 0, 20, True, 10**5),
+        *(
+            checkpoint(i, 20 + 2 * i, 1, False, 4000, quantiles=[19.0 + 2 * i])
+            for i in range(1, 20)
+        ),
+    ]
+    t0 = batches[0].started_at
+    # Close together, and one at the right edge.
+    marks = [(t0 + at, f"transition {at}: events is in backlog (history)") for at in (5, 6, 7, 58)]
+    figure = timeline_figure([("marked", batches), ("unmarked", batches)], "title", [marks])
+    figure.draw_without_rendering()
+    bars = [axis for axis in figure.axes if axis.get_ylabel() == "rows per batch"]
+    labels = [text for axis in figure.axes for text in axis.texts]
+    assert len(bars) == 2 and [t.get_text() for t in labels] == [text for _, text in marks]
+    boxes = [label.get_window_extent() for label in labels]
+    page = figure.bbox
+    for box in boxes:
+        assert not any(box.overlaps(axis.get_window_extent()) for axis in bars)
+        assert page.x0 <= box.x0 and box.x1 <= page.x1
+    for index, box in enumerate(boxes):
+        assert not any(box.overlaps(other) for other in boxes[index + 1 :])
+    # Above their panel's bars, below its title.
+    marked = bars[0].get_window_extent()
+    assert all(box.y0 >= marked.y1 for box in boxes)
+
+
 def test_times_cross_the_database_as_utc(tmp_path):
     url = f"sqlite:///{tmp_path}/m.db"
     local = T0.astimezone(ZoneInfo("America/New_York"))
@@ -127,6 +192,17 @@ def test_times_cross_the_database_as_utc(tmp_path):
         writer.record_checkpoint(CheckpointRow("j", "r", 0, local, True, 1, 1, 0, None, "[]", None))
     [loaded], _ = load(url, "j")
     assert loaded.committed_at == T0.timestamp()
+
+
+def test_steady_live_time_is_the_second_half_of_a_runs_live_time():
+    run = [
+        checkpoint(0, 0, 10, True, 10**5),
+        *(checkpoint(i, 10 + 2 * i, 1, False, 4000) for i in range(1, 8)),
+    ]
+    # Live commits at 13, 15, ..., 25: halfway is 19.
+    assert [c.batch_id for c in steady_live(run)] == [4, 5, 6, 7]
+    assert [c.batch_id for c in steady_live(run[:2])] == [1]
+    assert steady_live(run[:1]) == []
 
 
 def test_reentry_times_run_from_the_burst_to_backlog_and_from_there_to_live():
