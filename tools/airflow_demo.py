@@ -4,8 +4,10 @@ Writes a file backlog and starts the embedded Kafka broker with events already w
 the topic and live ones arriving; points an Airflow home of its own (SQLite) at ``dags/``,
 local Spark and a SQLite metrics database. ``airflow dags test backlog_phased`` launches the
 job with its backlog profile, waits until it is live, relaunches it with its live profile
-and checks it stays fresh; each checkpoint and task state is printed as it happens. Then
-the job is stopped through the provider, and a summary per run and a PNG timeline follow.
+and checks it stays fresh; each checkpoint and task state is printed as it happens. The
+DAG leaves the job running: the demo follows its live run long enough for the live
+interval's steady freshness to show, then stops it through the provider, and a summary per
+run (with that freshness) and a PNG timeline follow.
 With ``--ui`` the same setup is served by ``airflow standalone`` instead, until Ctrl-C or
 SIGTERM: then Airflow, the job, the producer and the broker are stopped, in that order.
 """
@@ -22,7 +24,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import FrameType
 
@@ -31,11 +33,20 @@ import sqlalchemy as sa
 
 from spark_jobs.backlog.values import count_argument
 from spark_jobs.jobs.startup import JavaMissing, job_environment, require_java
-from spark_jobs.metrics.schema import backlog_checkpoints, make_engine
 from tools import REPOSITORY
 from tools.broker import EmbeddedBroker
 from tools.data import KafkaProducerThread
-from tools.report import cost_lines, epoch, load, phase_changes, plot_timeline
+from tools.report import (
+    Checkpoint,
+    cost_lines,
+    epoch,
+    freshness_s,
+    load,
+    phase_changes,
+    plot_timeline,
+    steady_live,
+    weighted_percentile,
+)
 from tools.runs import add_workspace_arguments, prepare_history, say
 
 DAG_ID = "backlog_phased"
@@ -51,6 +62,10 @@ TERM_GRACE_S = 5.0
 #: driver is killed (without a Ctrl-C, the provider's usual minutes).
 JOB_ANSWER_S = 10.0
 JOB_STOP_S = 10.0
+#: How long the live profile's run is followed, from its first checkpoint, before the job
+#: is stopped: its first half serves the events that arrived during the relaunch, its
+#: second half shows the live interval's steady freshness.
+LIVE_RUN_S = 36.0
 
 
 def airflow_environment(
@@ -104,64 +119,83 @@ def task_states(home: Path, dag_id: str = DAG_ID) -> dict[str, str]:
     return {task: state or "none" for task, state in rows}
 
 
-def runs_of(metrics_url: str) -> list[dict]:
-    """Per run of the job: its checkpoints, how many in backlog, rows, cadence settings."""
-    table = backlog_checkpoints
-    engine = make_engine(metrics_url)
-    try:
-        with engine.connect() as connection:
-            rows = connection.execute(
-                sa.select(table.c.run_id, table.c.is_backlog, table.c.num_input_rows)
-                .add_columns(table.c.effective_interval_ms, table.c.batch_id)
-                .add_columns(table.c.committed_at, table.c.batch_duration_ms)
-                .where(table.c.job_name == JOB)
-                .order_by(table.c.batch_id)
-            ).all()
-    finally:
-        engine.dispose()
-    runs: dict[str, dict] = {}
-    for row in rows:
-        run = runs.setdefault(
-            row.run_id,
-            {
-                "run_id": row.run_id,
-                "started_at": epoch(row.committed_at) - row.batch_duration_ms / 1000,
-                "checkpoints": 0,
-                "backlog": 0,
-                "rows": 0,
-                "live_ms": set(),
-            },
-        )
-        run["checkpoints"] += 1
-        run["backlog"] += bool(row.is_backlog)
-        run["rows"] += row.num_input_rows
-        if not row.is_backlog and row.effective_interval_ms:
-            run["live_ms"].add(row.effective_interval_ms)
-    return list(runs.values())
+def by_run(checkpoints: Sequence[Checkpoint]) -> dict[str, list[Checkpoint]]:
+    """The job's checkpoints per run (one launch), the runs in the order they started."""
+    runs: dict[str, list[Checkpoint]] = {}
+    for checkpoint in checkpoints:
+        runs.setdefault(checkpoint.run_id or "-", []).append(checkpoint)
+    return runs
 
 
-def watch(dag_test: subprocess.Popen, home: Path, metrics_url: str) -> None:
-    """Print task state changes and checkpoints until ``airflow dags test`` ends."""
-    states: dict[str, str] = {}
-    shown = 0
-    while dag_test.poll() is None:
-        now = task_states(home)
+def run_lines(checkpoints: Sequence[Checkpoint]) -> list[str]:
+    """Per run: its checkpoints, how many in backlog, rows, its live interval and, beside
+    it, its steady live freshness (``steady_live``): the p50 and p95 of its events' time
+    from event to commit, which the live interval sets."""
+    lines = [
+        f"{'run':36}{'checkpoints':>12}{'in backlog':>12}{'rows':>12}  {'live interval':15}"
+        "steady live freshness p50, p95"
+    ]
+    for run_id, run in by_run(checkpoints).items():
+        intervals = sorted({c.interval_ms for c in run if not c.is_backlog and c.interval_ms})
+        live = ", ".join(f"{ms / 1000:g} s" for ms in intervals) or "-"
+        steady = steady_live(run)
+        samples = freshness_s(steady)
+        freshness = "-"
+        if samples:
+            p50, p95 = (weighted_percentile(samples, share) for share in (0.5, 0.95))
+            freshness = f"{p50:.1f} s, {p95:.1f} s ({len(steady)} checkpoints)"
+        backlog = sum(c.is_backlog for c in run)
+        rows = sum(c.rows for c in run)
+        lines.append(f"{run_id:36}{len(run):12d}{backlog:12d}{rows:12,}  {live:15}{freshness}")
+    return lines
+
+
+def live_run_followed(checkpoints: Sequence[Checkpoint], now: float, seconds: float) -> bool:
+    """Whether the job's latest run (after the relaunch, the live profile's) has run
+    ``seconds`` since its first checkpoint, ``now`` (epoch seconds): long enough for the
+    second half of its live time (``steady_live``) to show the freshness its interval
+    gives. True without checkpoints: there is nothing to follow."""
+    if not checkpoints:
+        return True
+    latest = checkpoints[-1].run_id
+    first = next(c for c in checkpoints if c.run_id == latest)
+    return now - first.committed_at >= seconds
+
+
+class Follower:
+    """Prints each change of a task's state and each new checkpoint, once, as it happens."""
+
+    def __init__(self, home: Path, metrics_url: str) -> None:
+        self.home = home
+        self.metrics_url = metrics_url
+        self.states: dict[str, str] = {}
+        self.shown = 0
+
+    def step(self) -> list[Checkpoint]:
+        """Print what changed since the last step; the job's checkpoints so far."""
+        now = task_states(self.home)
         for task, state in now.items():
-            if states.get(task) != state:
+            if self.states.get(task) != state:
                 say(f"[airflow] {task}: {state}")
-        states = now or states
+        self.states = now or self.states
         try:
-            checkpoints = load(metrics_url, JOB)[0]
+            checkpoints = load(self.metrics_url, JOB)[0]
         except sa.exc.SQLAlchemyError:
             checkpoints = []  # the job has not created the tables yet
-        for checkpoint in checkpoints[shown:]:
+        for checkpoint in checkpoints[self.shown :]:
             say(
                 f"[job] checkpoint {checkpoint.batch_id:4d}  "
                 f"{'backlog' if checkpoint.is_backlog else 'live   '} "
                 f"{checkpoint.rows:>10,} rows  {checkpoint.duration_s:6.2f} s  "
                 f"left behind: {'-' if checkpoint.behind is None else checkpoint.behind}"
             )
-        shown = max(shown, len(checkpoints))
+        self.shown = max(self.shown, len(checkpoints))
+        return checkpoints
+
+
+def follow_live_run(follower: Follower, seconds: float) -> None:
+    """Go on printing checkpoints until the job's live run has run ``seconds``."""
+    while not live_run_followed(follower.step(), time.time(), seconds):
         time.sleep(1.0)
 
 
@@ -324,16 +358,11 @@ def report(root: Path, metrics_url: str, states: dict[str, str]) -> None:
     say("\ntasks of the DAG run:")
     for task, state in states.items():
         say(f"  {task:24} {state}")
-    say("\nruns of the job (each launch is one run, from the same checkpoint):")
-    say("  run                                 checkpoints  in backlog        rows  live interval")
-    runs = runs_of(metrics_url)
-    for run in runs:
-        live = ", ".join(f"{ms / 1000:g} s" for ms in sorted(run["live_ms"])) or "-"
-        say(
-            f"  {run['run_id']:36} {run['checkpoints']:11d} {run['backlog']:11d} "
-            f"{run['rows']:11,}  {live}"
-        )
     checkpoints, transitions = load(metrics_url, JOB)
+    say("\nruns of the job (each launch is one run, from the same checkpoint):")
+    for line in run_lines(checkpoints):
+        say(f"  {line}")
+    say("  (steady: a run's live checkpoints in the second half of its live time)")
     origin = checkpoints[0].started_at if checkpoints else 0.0
     say("\ntransitions:")
     for change in transitions:
@@ -343,7 +372,8 @@ def report(root: Path, metrics_url: str, states: dict[str, str]) -> None:
     for line in cost_lines(checkpoints):
         say(f"  {line}")
     marks = [(epoch(t["at"]), t["reason"]) for t in transitions] + phase_changes(checkpoints)
-    marks += [(run["started_at"], f"relaunched: {run['run_id']}") for run in runs[1:]]
+    runs = list(by_run(checkpoints).items())
+    marks += [(run[0].started_at, f"relaunched: {run_id}") for run_id, run in runs[1:]]
     chart = plot_timeline(
         [("the phased DAG: backlog profile, then live profile", checkpoints)],
         root / "timeline.png",
@@ -363,6 +393,13 @@ def main(argv: list[str] | None = None) -> int:
         "--ui", action="store_true", help="serve it with airflow standalone instead"
     )
     parser.add_argument("--port", type=int, default=8080, help="the Airflow UI's port (--ui)")
+    parser.add_argument(
+        "--live-seconds",
+        type=float,
+        default=LIVE_RUN_S,
+        help="how long the relaunched run is followed, from its first checkpoint, before the "
+        "job is stopped (the second half shows its steady freshness)",
+    )
     args = parser.parse_args(argv)
     try:
         require_java()
@@ -396,7 +433,10 @@ def main(argv: list[str] | None = None) -> int:
             if args.ui:
                 code = serve(env, home, conf, args.port, interrupts)
             else:
-                dag_test, states, log_path = run_dag_test(env, root, home, conf, metrics_url)
+                follower = Follower(home, metrics_url)
+                dag_test, states, log_path = run_dag_test(
+                    env, root, conf, follower, args.live_seconds
+                )
         finally:
             # Also after an error or Ctrl-C: the driver runs detached from this process.
             interrupts.stopping = True
@@ -406,17 +446,23 @@ def main(argv: list[str] | None = None) -> int:
         say("scripts/demo: stopped Airflow, the job, the live producer and the broker")
         return code
     report(root, metrics_url, states)
-    failed = {task: state for task, state in states.items() if state != "success"}
+    failed = failed_tasks(states)
     if dag_test.returncode != 0 or failed:
         print(f"scripts/demo: the DAG run failed: {failed}; see {log_path}", file=sys.stderr)
         return 1
     return 0
 
 
+def failed_tasks(states: dict[str, str]) -> dict[str, str]:
+    """The tasks of the DAG run that did not succeed, with their states."""
+    return {task: state for task, state in states.items() if state != "success"}
+
+
 def run_dag_test(
-    env: dict[str, str], root: Path, home: Path, conf: str, metrics_url: str
+    env: dict[str, str], root: Path, conf: str, follower: Follower, live_seconds: float
 ) -> tuple[subprocess.Popen, dict[str, str], Path]:
-    """``airflow dags test`` of the DAG, followed until it ends: the process, the task
+    """``airflow dags test`` of the DAG, followed until it ends; then, if it succeeded, the
+    job it left running until its live run has run ``live_seconds``. The process, the task
     states and its log."""
     log_path = root / "dags-test.log"
     say(f"airflow dags test {DAG_ID} (its log: {log_path})")
@@ -427,9 +473,16 @@ def run_dag_test(
             stdout=log,
             stderr=subprocess.STDOUT,
         )
-    watch(dag_test, home, metrics_url)
-    states = task_states(home)
-    say("the DAG run has ended; the job runs on, as in production")
+    while dag_test.poll() is None:
+        follower.step()
+        time.sleep(1.0)
+    states = task_states(follower.home)
+    if dag_test.returncode == 0 and states and not failed_tasks(states):
+        say(
+            "the DAG run has ended; the job runs on, as in production: following its live "
+            f"run until it has run {live_seconds:g} s"
+        )
+        follow_live_run(follower, live_seconds)
     return dag_test, states, log_path
 
 
