@@ -1,10 +1,11 @@
-"""Reconfigure a running job without a restart: set its checkpoint intervals, then check
-it keeps committing.
+"""Reconfigure a running job without a restart: set its checkpoint intervals or its
+freshness target, then check it keeps committing.
 
-The job's coordinator validates the new intervals as it validates its startup settings and
+The job's coordinator validates the new settings as it validates its startup settings and
 answers; a rejection fails ``reconfigure`` with the job's reason, and the job runs on with
-its old settings. Trigger it with a conf such as ``{"interval": "5s"}`` (a setting left
-out stays as it is), or schedule it, e.g. to checkpoint less often at night.
+its old settings. Trigger it with a conf such as ``{"interval": "5s"}`` or
+``{"freshness_target": "10s"}`` (a setting left out stays as it is), or schedule it, e.g.
+to allow staler data at night.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ with DAG(
         "interval_during_backlog": Param(
             None, type=["string", "null"], description="e.g. 2min, or 0"
         ),
+        "freshness_target": Param(
+            None, type=["string", "null"], description="e.g. 10s: the job chooses its interval"
+        ),
     },
 ):
     running = BacklogFreshnessSensor(
@@ -48,6 +52,7 @@ with DAG(
         job_name=JOB,
         interval="{{ params.interval }}",
         interval_during_backlog="{{ params.interval_during_backlog }}",
+        freshness_target="{{ params.freshness_target }}",
     )
     fresh = BacklogFreshnessSensor(
         task_id="watch_freshness",

@@ -30,7 +30,14 @@ from airflow_provider_backlog.operators.launch import BacklogLaunchOperator
 from airflow_provider_backlog.profiles import PhaseProfile
 from airflow_provider_backlog.triggers.metrics import JobExpectationTrigger
 from spark_jobs.jobs import events_pipeline
-from spark_jobs.metrics.schema import backlog_control, backlog_leases, make_engine, metadata
+from spark_jobs.metrics.schema import (
+    as_utc,
+    backlog_control,
+    backlog_interval_changes,
+    backlog_leases,
+    make_engine,
+    metadata,
+)
 from tests.integration.jobs import (
     KAFKA_PARTITIONS,
     KAFKA_TOPIC,
@@ -324,6 +331,38 @@ def test_on_a_cluster_the_phased_dag_survives_a_lost_worker_relaunches_and_answe
     assert [request.status for request in requests] == ["applied", "applied", "rejected"]
     count = len(checkpoints(deployment.dirs))
     wait_for(lambda: len(checkpoints(deployment.dirs)) >= count + 2, "the job running on", 60)
+
+    # A freshness target: the job chooses its live interval (at most the 3 s interval) from
+    # the live batches it has measured, records why, and the next batches follow it. Live
+    # batches here take seconds (a cluster on two cores beside Airflow), so the target may
+    # also be one no interval meets: then the reason says so.
+    answer = BacklogReconfigureOperator(
+        task_id="reconfigure", job_name=JOB, freshness_target="6s"
+    ).execute({})
+    assert " freshness-target=6s " in answer
+    chosen = (
+        sa.select(backlog_interval_changes)
+        .where(backlog_interval_changes.c.run_id == second)
+        .order_by(backlog_interval_changes.c.at)
+    )
+    wait_for(lambda: deployment.rows(chosen), "the chosen interval recorded", 30)
+    change = deployment.rows(chosen)[0]
+    assert change.reason.startswith(("freshness target 6s: ", "freshness target 6s cannot")), (
+        change.reason
+    )
+    assert change.interval_ms <= 3000
+
+    def live_after_the_change() -> list[dict]:
+        return [
+            row
+            for row in checkpoints(deployment.dirs)
+            if row["run_id"] == second
+            and not row["is_backlog"]
+            and as_utc(row["committed_at"]) > as_utc(change.at)
+        ]
+
+    wait_for(lambda: live_after_the_change(), "a checkpoint after the change", 30)
+    assert live_after_the_change()[0]["effective_interval_ms"] == change.interval_ms
 
     # The driver is killed from outside: a waiting sensor's trigger fails naming the cause.
     driver = job_processes(JOB, deployment.data)
