@@ -37,6 +37,7 @@ from typing import Any
 import psutil
 
 from spark_jobs.backlog.values import count_argument
+from tools.ports import free_port
 
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
@@ -68,12 +69,6 @@ def port_is_free(port: int) -> bool:
         except OSError:
             return False
     return True
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((HOST, 0))
-        return probe.getsockname()[1]
 
 
 @dataclass

@@ -16,7 +16,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -36,6 +35,7 @@ from spark_jobs.backlog.values import count_argument
 from spark_jobs.jobs.startup import JavaMissing, require_java
 from tools.benchmark import measure, setups
 from tools.data import LiveProducer
+from tools.ports import free_port
 from tools.report import (
     BACKLOG_COLOUR,
     LIVE_COLOUR,
@@ -306,12 +306,6 @@ def run_spark(
 def rows_per_partition(args: argparse.Namespace) -> int:
     """Ours, one task per core of ``local[2]`` for a full batch unless told otherwise."""
     return args.rows_per_partition or max(1, args.max_batch_rows // 2)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def rest(port: int, path: str) -> dict:

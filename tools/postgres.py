@@ -18,11 +18,12 @@ import pwd
 import re
 import shlex
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
+
+from tools.ports import free_port
 
 INSTALL_HINT = (
     "PostgreSQL server binaries (initdb, pg_ctl, createdb) not found in PATH or "
@@ -58,13 +59,6 @@ def find_bin_dir() -> Path | None:
         if all((candidate / tool).is_file() for tool in _TOOLS):
             return candidate
     return None
-
-
-def free_port() -> int:
-    """A TCP port on loopback that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 class PostgresServer:

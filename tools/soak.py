@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import sys
 import time
 import urllib.request
@@ -42,6 +41,7 @@ from spark_jobs.metrics.schema import (
     backlog_transitions,
     make_engine,
 )
+from tools.ports import free_port
 from tools.report import Checkpoint, save_chart
 from tools.runs import Run, add_workspace_arguments, prepare_workspace, say
 
@@ -179,12 +179,6 @@ def directory_usage(root: Path, leave_out: Path | None = None) -> tuple[int, int
                 continue
             files += 1
     return files, size
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 class JobProcesses:

@@ -14,10 +14,7 @@ import os
 import re
 import secrets
 import shutil
-import signal
-import socket
 import subprocess
-import time
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -44,9 +41,11 @@ from tests.integration.jobs import (
     transitions,
     wait_for,
 )
+from tests.support.api_server import stop, wait_until_healthy
 from tests.support.prerequisites import missing
 from tools.airflow_demo import airflow
 from tools.data import LiveProducer
+from tools.ports import free_port
 
 JOB = "events"
 #: Jobs whose rows the test writes beside the run's: one a DAG of team_b names, one no DAG.
@@ -116,12 +115,6 @@ class Airflow:
         return httpx.get(f"{self.url}{path}", headers=headers, timeout=60)
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def start_job(dirs: JobDirs) -> tuple[subprocess.Popen, LiveProducer]:
     """A short run: a file backlog read in capped batches, then landing files read live as
     they arrive; it stops once they stop arriving."""
@@ -165,30 +158,6 @@ def start_server(root: Path, metrics_db: Path, port: int) -> subprocess.Popen:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-
-
-def wait_until_healthy(server: subprocess.Popen, url: str, log: Path, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise AssertionError(f"the api-server exited:\n{log.read_text()[-4000:]}")
-        try:
-            if httpx.get(f"{url}/api/v2/monitor/health", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.5)
-    raise AssertionError(f"no healthy api-server in {timeout_s:.0f} s:\n{log.read_text()[-4000:]}")
-
-
-def stop(server: subprocess.Popen) -> None:
-    """Its whole process group: the api-server runs its worker in a child process."""
-    os.killpg(server.pid, signal.SIGTERM)
-    try:
-        server.wait(30)
-    except subprocess.TimeoutExpired:
-        os.killpg(server.pid, signal.SIGKILL)
-        server.wait(10)
 
 
 @pytest.fixture(scope="module")

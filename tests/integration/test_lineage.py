@@ -23,10 +23,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.deployment import Deployment, deployed
 from tests.integration.jobs import wait_for
-from tests.integration.test_airflow_dags import Deployment, deployed
-from tests.integration.test_backlog_view import free_port, stop, wait_until_healthy
+from tests.support.api_server import stop, wait_until_healthy
 from tools.airflow_demo import airflow, task_states
+from tools.ports import free_port
 
 DAGS = Path(__file__).parent / "dags"
 DAG_ID = "backlog_lineage"

@@ -12,7 +12,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -25,6 +24,7 @@ import psutil
 import pytest
 
 from tools import child_environment
+from tools.ports import free_port
 
 pytestmark = pytest.mark.spark  # Airflow, and a local Spark job: about a minute each
 
@@ -32,12 +32,6 @@ REPO = Path(__file__).resolve().parents[2]
 #: Ctrl-C to exit, worst case: Airflow's grace, SIGTERM's, the driver's, the broker's.
 EXIT_BOUND_S = 60.0
 STARTUP_BOUND_S = 180.0
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def running(process: psutil.Process) -> bool:
