@@ -108,7 +108,7 @@ class Deployment:
         return json.loads(value) if isinstance(value, str) else value
 
     def close(self) -> None:
-        if self.producer.isalive():
+        if self.producer.is_alive():
             self.producer.stop()
 
     def driver_log(self, task_id: str) -> str:
