@@ -27,6 +27,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
+from spark_jobs.backlog.freshness import p95
 from spark_jobs.metrics.schema import backlog_interval_changes, make_engine
 from tools.broker import EmbeddedBroker
 from tools.report import (
@@ -54,12 +55,12 @@ class Window:
 
     @classmethod
     def of(cls, live: Sequence[Checkpoint], seconds: float) -> Window:
-        fresh = sorted(c.freshness_s for c in live if c.freshness_s is not None)
+        fresh = [c.freshness_s for c in live if c.freshness_s is not None]
         gaps = sorted(b.started_at - a.started_at for a, b in itertools.pairwise(live))
         return cls(
             checkpoints=len(live),
             seconds=seconds,
-            batch_p95_s=fresh[len(fresh) - 1 - int(0.05 * len(fresh))] if fresh else float("nan"),
+            batch_p95_s=p95(fresh) if fresh else float("nan"),
             row_p95_s=weighted_percentile(freshness_s(live), 0.95),
             median_interval_s=gaps[len(gaps) // 2] if gaps else float("nan"),
         )

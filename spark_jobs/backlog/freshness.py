@@ -24,7 +24,7 @@ Pure, like the decider: it is given measurements and returns choices.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -187,8 +187,7 @@ class FreshnessWindow:
         )
 
     def _p95_at(self, interval_s: float, seconds_per_row: float | None) -> float:
-        predicted = sorted(b.freshness_at(interval_s, seconds_per_row) for b in self._batches)
-        return predicted[len(predicted) - 1 - _worst_kept(len(predicted))]
+        return p95([b.freshness_at(interval_s, seconds_per_row) for b in self._batches])
 
 
 def _step(allowed_s: float, current_s: float | None) -> float:
@@ -204,6 +203,12 @@ def _step(allowed_s: float, current_s: float | None) -> float:
 def _worst_kept(count: int) -> int:
     """How many of ``count`` batches the p95 may leave above the target."""
     return int(0.05 * count)
+
+
+def p95(values: Sequence[float]) -> float:
+    """The p95 as the target judges it: the worst value once ``_worst_kept`` are left out."""
+    ordered = sorted(values)
+    return ordered[len(ordered) - 1 - _worst_kept(len(ordered))]
 
 
 def _seconds(value: float) -> str:

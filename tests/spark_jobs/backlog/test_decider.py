@@ -3,6 +3,7 @@ import itertools
 import pytest
 
 from spark_jobs.backlog.decider import CheckpointDecider, CommittedBatch, ThroughputEstimator
+from spark_jobs.backlog.freshness import p95
 from tests.spark_jobs.backlog.simulation import (
     Arrivals,
     FakeClock,
@@ -328,11 +329,6 @@ def test_a_new_backlog_interval_resizes_backlog_batches():
 
 
 # --- a freshness target instead of a live interval ------------------------------------------
-
-
-def p95(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[len(ordered) - 1 - int(0.05 * len(ordered))]
 
 
 def live_after(batches: list[SimBatch], seconds: float) -> list[SimBatch]:

@@ -135,3 +135,10 @@ def test_the_latest_batches_shorten_the_interval_before_the_window_p95_notices()
     assert choice.interval_s == pytest.approx(0.95 * 2.5)  # the median of the last three
     one_off = window_of(*calm, steady(4.6), steady(3.0))
     assert one_off.choose(5.0, WIDE, 3.8, 0.0).interval_s == 3.8  # one slow batch: kept
+
+
+def test_event_times_from_the_future_cannot_make_the_interval_leap():
+    # A producer's clock 10 s ahead: freshness is negative, and would allow a long interval.
+    skewed = window_of(*[steady(-8.0) for _ in range(5)])
+    assert skewed.choose(5.0, WIDE, 2.0, 0.0).interval_s == 4.0  # at most double a batch
+    assert skewed.choose(5.0, WIDE, 4.0, 0.0).interval_s == 5.0  # and never past the target

@@ -32,9 +32,11 @@ from spark_jobs.metrics.journal import MetricsJournal
 from spark_jobs.metrics.schema import (
     TABLE_OF_ROW,
     CheckpointRow,
+    IntervalChangeRow,
     TransitionRow,
     as_utc,
     backlog_checkpoints,
+    backlog_interval_changes,
     backlog_transitions,
     make_engine,
     row_values,
@@ -626,3 +628,32 @@ def test_retention_runs_every_tenth_of_its_length_between_1_s_and_10_min():
     assert writer_module.Retention("orders", 5).every_s == 1.0
     assert writer_module.Retention("orders", 3600).every_s == 360.0
     assert writer_module.Retention("orders", 7 * 86400).every_s == 600.0
+
+
+def interval_change(second: int, reason: str) -> IntervalChangeRow:
+    return IntervalChangeRow("job", "run-1", T0 + timedelta(seconds=second), 3400, reason)
+
+
+def test_interval_changes_wait_in_the_journal_and_arrive_once_with_their_reason(
+    backend, open_writer, tmp_path
+):
+    journal = journal_at(tmp_path)
+    quoted = "freshness target 5s: 3.40s keeps p95 at 4.80s over 'the \"last\" 40' batches ✓"
+    cut = "x" * 497 + "..."  # cut to the column rather than lost
+    first = open_writer(backend.url, journal=journal, flush_interval_s=MANUAL)
+    first.record_interval_change(interval_change(0, "until measured"))
+    assert first.flush(timeout_s=10) is True
+    backend.go_away()
+    first.record_interval_change(interval_change(1, quoted))
+    first.record_interval_change(interval_change(2, "x" * 600))
+    first.close(timeout_s=0.2)
+    assert [row.reason for name in journal.names() for row in journal.read(name)] == [quoted, cut]
+
+    backend.come_back()
+    second = open_writer(backend.url, journal=journal, flush_interval_s=MANUAL)
+    second.record_interval_change(interval_change(1, "said twice"))  # the same change again
+    assert second.flush(timeout_s=10) is True
+    stored = _select(backend.url, backlog_interval_changes)
+    assert [row["reason"] for row in stored] == ["until measured", quoted, cut]
+    assert {row["interval_ms"] for row in stored} == {3400}
+    assert journal.names() == []
