@@ -270,6 +270,14 @@ def metrics_rows(url: str, job: str) -> dict[str, float]:
         engine.dispose()
 
 
+def committed_batches(checkpoint: Path) -> int:
+    """Batches Spark committed, by its own commit log: the latest batch id plus one (the
+    files of older batches are purged, the latest is always kept)."""
+    commits = checkpoint / "spark" / "commits"
+    ids = [int(p.name) for p in commits.iterdir() if p.name.isdigit()] if commits.exists() else []
+    return max(ids, default=-1) + 1
+
+
 def file_sizes(*paths: Path) -> float:
     return float(sum(p.stat().st_size for p in paths if p.exists()))
 
@@ -299,15 +307,27 @@ class Sampler:
             self._next += self.every_s
             if self._first_batch is None and checkpoints:
                 self._first_batch = now
-            sample = {"t": now - self._started, "batches": float(len(checkpoints))}
-            sample |= self.measure()
-            self.samples.append(sample)
-            with self.journal.open("a") as journal:
-                journal.write(json.dumps(sample) + "\n")
+            sample = self.take(now, checkpoints)
             if now >= self._next_line:
                 self._next_line += 60
                 say(f"[soak] {self.line(sample)}")
         return self._first_batch is None or now < self._first_batch + self._run_s
+
+    def finish(self, checkpoints: list[Checkpoint]) -> dict[str, float]:
+        """The last sample, taken once the job has exited: nothing commits between its
+        readings, so its counts (batches, rows, Spark's commit log) agree by construction,
+        where a sample of the running job may see a batch in one reading and not the next."""
+        sample = self.take(time.monotonic(), checkpoints)
+        sample["committed_batches"] = float(committed_batches(self.run.root / "checkpoint"))
+        return sample
+
+    def take(self, now: float, checkpoints: list[Checkpoint]) -> dict[str, float]:
+        sample = {"t": now - self._started, "batches": float(len(checkpoints))}
+        sample |= self.measure()
+        self.samples.append(sample)
+        with self.journal.open("a") as journal:
+            journal.write(json.dumps(sample) + "\n")
+        return sample
 
     def measure(self) -> dict[str, float]:
         checkpoint = self.run.root / "checkpoint"
@@ -414,6 +434,7 @@ def summary(
         "minutes": round(samples[-1]["t"] / 60, 1) if samples else 0.0,
         "samples": len(samples),
         "batches": int(samples[-1]["batches"]) if samples else 0,
+        "committed_batches": int(samples[-1].get("committed_batches", 0)) if samples else 0,
         "live_events_per_s": live_events_per_s,
         "load_average_1min": round(sum(loads) / len(loads), 2) if loads else None,
         "bounded": bool(judged) and all(judged),
@@ -504,7 +525,7 @@ def main(argv: list[str] | None = None) -> int:
         f"[soak] {args.minutes:g} min at {args.live_events_per_s:,} events/s, a sample every "
         f"{args.every:g} s (driver UI: http://127.0.0.1:{ui_port})"
     )
-    run.execute(workspace.first_live_id, args.live_events_per_s, sampler)
+    sampler.finish(run.execute(workspace.first_live_id, args.live_events_per_s, sampler))
     report(sampler.samples, args.live_events_per_s, workspace.root / "soak.png")
     return 0
 
