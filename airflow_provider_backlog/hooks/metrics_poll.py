@@ -35,14 +35,18 @@ class JobPoll:
 
 
 def read_job(hook: BacklogMetricsHook, job_name: str, checkpoints: int) -> JobPoll:
-    """The job's last ``checkpoints`` checkpoints, its latest lease and, while that is held,
-    the database's time. Blocking: call it from a thread in the triggerer."""
-    snapshot = hook.job_snapshot(job_name, checkpoints)
+    """The job's latest lease and, while that is held, the database's time, then its last
+    ``checkpoints`` checkpoints. Blocking: call it from a thread in the triggerer.
+
+    The lease is read first: a run delivers its last rows before it releases its lease, so
+    checkpoints read after a released lease hold every row of that run. Read the other way
+    round, a run that went live and ended between the two reads would look like one that
+    ended before going live."""
     with hook.engine.connect() as connection:
         latest = lease.latest_lease(connection, job_name)
         held = latest is not None and latest.released_at is None
         now = lease.database_now(connection) if held else None
-    return JobPoll(snapshot, latest, now)
+    return JobPoll(hook.job_snapshot(job_name, checkpoints), latest, now)
 
 
 def stop_reason(job_name: str, poll: JobPoll, since: datetime) -> str | None:

@@ -63,3 +63,33 @@ def test_one_read_gives_the_checkpoints_asked_for_and_the_lease_with_its_clock(c
     assert released.database_now is None  # not needed to judge a released lease
     assert read_job(hook, "other", 1) == JobPoll(None, None, None)
     hook.engine.dispose()
+
+
+def test_a_run_that_goes_live_and_ends_between_two_polls_reads_as_live_not_as_ended(
+    connected, monkeypatch
+):
+    """The run's last checkpoint and its lease's release land right after the poll read the
+    checkpoints: the lease it read must be the one from before, so the next poll sees the
+    checkpoint rather than a run that ended while it was awaited."""
+    since = datetime.now(UTC) - timedelta(seconds=60)
+    add_checkpoints(connected, "events", "run-1", since, "b")
+    store = LeaseStore(connected)
+    held = store.acquire("events", "file:///ck", "run-1", 30.0).lease
+    hook = BacklogMetricsHook(CONN_ID)
+    read_checkpoints = hook.job_snapshot
+
+    def then_the_run_ends(job_name: str, checkpoints: int = 1):
+        found = read_checkpoints(job_name, checkpoints)
+        add_checkpoints(connected, "events", "run-1", since + timedelta(seconds=5), "l", 1)
+        store.release(held)
+        return found
+
+    monkeypatch.setattr(hook, "job_snapshot", then_the_run_ends)
+    poll = read_job(hook, "events", 1)
+    assert poll.snapshot is not None and poll.snapshot.phase == "backlog"
+    assert stop_reason("events", poll, since) is None
+    monkeypatch.setattr(hook, "job_snapshot", read_checkpoints)
+    after = read_job(hook, "events", 1)
+    assert after.snapshot is not None and after.snapshot.phase == "live"
+    store.close()
+    hook.engine.dispose()
