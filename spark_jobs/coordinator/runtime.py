@@ -81,12 +81,18 @@ def trigger_tick_s(config: BacklogConfig) -> float:
     return min(max(shortest / 20, 0.05), 0.5)
 
 
-def stop_gracefully(query: StreamingQuery, timeout_s: float = 60.0) -> None:
+def stop_gracefully(
+    query: StreamingQuery, timeout_s: float = 60.0, hold: Callable[[], None] | None = None
+) -> None:
     """Stop between batches if one ends within ``timeout_s``, else interrupt it.
 
     Back-to-back batches leave no gap to stop in; an interrupted batch is redone from
-    the offset log after the restart, so exactly-once holds either way.
+    the offset log after the restart, so exactly-once holds either way. ``hold`` keeps the
+    gated sources from starting another batch first: a trigger that starts after the last
+    look at the query would otherwise plan a batch for ``stop()`` to cut off.
     """
+    if hold is not None:
+        hold()
     deadline = time.monotonic() + timeout_s
     while query.isActive and query.status["isTriggerActive"] and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -399,13 +405,13 @@ class BacklogRuntime:
                 raise query.exception()  # type: ignore[misc]
             return True
         if self._stop.is_set() or (deadline is not None and time.monotonic() >= deadline):
-            stop_gracefully(query)
+            stop_gracefully(query, hold=self._channel.hold)
             return True
         if self._fenced():
             self._fenced_at = self._clock()
         if stop_when_idle_s is not None and self._idle_for(query, stop_when_idle_s):
             logger.info("live and idle for %.0f s: stopping after a commit", stop_when_idle_s)
-            stop_gracefully(query)
+            stop_gracefully(query, hold=self._channel.hold)
             return True
         return False
 
@@ -467,7 +473,7 @@ class BacklogRuntime:
                 steps.callback(self._control.close)
             steps.callback(self._drain_progress)
             if self.query is not None and self.query.isActive:
-                steps.callback(stop_gracefully, self.query)
+                steps.callback(stop_gracefully, self.query, hold=self._channel.hold)
         self._lease = self._listener = self._control = None
 
     def _release_lease(self, keeper: LeaseKeeper) -> None:

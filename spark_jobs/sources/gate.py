@@ -27,6 +27,7 @@ logger = logging.getLogger(__name__)
 
 PLAN_FILE = "plan.json"
 FENCE_FILE = "fence.json"
+HOLD_FILE = "hold"
 
 
 class PlanChannel:
@@ -41,6 +42,14 @@ class PlanChannel:
     def publish_fence(self, confirmed_until: float) -> None:
         """Batches may start until ``confirmed_until`` (``time.monotonic()``), no later."""
         self._replace(FENCE_FILE, json.dumps({"confirmed_until_monotonic": confirmed_until}))
+
+    def hold(self) -> None:
+        """No batch starts from now on: the run is stopping, and stops after the batch under
+        way (one that started meanwhile would be cut off and left planned, uncommitted)."""
+        self._replace(HOLD_FILE, "")
+
+    def held(self) -> bool:
+        return (self.directory / HOLD_FILE).exists()
 
     def read_fence(self) -> float | None:
         """The published fence; None when the driver runs without a lease."""
@@ -94,7 +103,7 @@ class SourceGate:
                 f"no trigger plan in {self._channel.directory}: the source option "
                 "'backlogChannel' must name the channel of a running backlog coordinator"
             )
-        if self._fenced_now():
+        if self._fenced_now() or self._channel.held():
             return None
         now = self._clock()
         if start != self._waiting_at:

@@ -66,3 +66,16 @@ def test_no_batch_starts_past_the_fence_until_the_lease_is_confirmed_again(tmp_p
     assert gate.allowed_rows(AT_7) is None
     channel.publish_fence(70.0)
     assert gate.allowed_rows(AT_7) == 500
+
+
+def test_a_stopping_run_holds_every_batch_whatever_the_plan_and_the_fence(tmp_path):
+    channel = PlanChannel(tmp_path / "channel")
+    gate = SourceGate(channel, "events", FakeClock(1000.0), FakeClock(50.0))
+    channel.publish(TriggerPlan.from_decision(1, LIVE, 11))
+    channel.publish_fence(60.0)
+    assert not channel.held() and gate.allowed_rows(AT_7) == 500
+    channel.hold()
+    assert channel.held() and gate.allowed_rows(AT_7) is None
+    channel.publish(TriggerPlan.from_decision(2, LIVE, 11))
+    channel.publish_fence(70.0)  # a renewal of the lease meanwhile lifts no hold
+    assert gate.allowed_rows(AT_7) is None
