@@ -5,14 +5,8 @@ do): their rows go in as they are, a delete removing the key, anything else inse
 replacing it. Otherwise the batch is reduced first, key by key in commit order: a key's last
 change says whether it stays, and each column takes the value of the last change that sent
 it; one no change sent (a TOASTed value an update left unchanged) keeps the value the target
-holds.
-
-A primary-key update arrives as a delete of the old key and an insert of the new one, and
-under the default replica identity an unchanged TOASTed column of that insert comes without
-its value (a placeholder). It is carried over from the old key: from the last change of it in
-the batch that sent the column, else from the target, if the target's row of the old key is
-older than the move. Where neither holds it (the move's delete was already in a snapshot
-chunk, say), the batch fails naming the key and the column: writing NULL would lose a value.
+holds. A row the target lacks cannot keep a value: the source never sends such a row (it reads
+a moved row again rather than send it incomplete), so one fails the batch by name.
 """
 
 from __future__ import annotations
@@ -22,14 +16,9 @@ from collections.abc import Callable
 import sqlalchemy
 
 from spark_jobs.jobs.merge.staging import STAGE, Layout
-from spark_jobs.sources.cdc.lsn import format_lsn
 
 _ORDERED = "backlog_ordered"
 _REDUCED = "backlog_reduced"
-_REMEDY = (
-    "the value is not in this batch nor in the target (set REPLICA IDENTITY FULL on the "
-    "source table, so an update carries the old row whole, and start over)"
-)
 
 
 class MergeError(RuntimeError):
@@ -81,9 +70,6 @@ def apply(connection: sqlalchemy.Connection, table: str, layout: Layout, unchang
         _write(sql, STAGE, lambda i: "1")
         return
     _order(sql)
-    if unchanged:
-        for position in range(len(layout.values)):
-            _carry_over(sql, position)
     _reduce(sql)
     _write(sql, _REDUCED, lambda i: f"src.known{i}")
 
@@ -96,63 +82,6 @@ def _order(sql: Statements) -> None:
         f"row_number() OVER (ORDER BY _lsn, _seq) AS _pos FROM {STAGE} s"
     )
     sql.run(f"CREATE INDEX {_ORDERED}_key ON {_ORDERED} ({', '.join(sql.layout.key_names)}, _pos)")
-
-
-def _carry_over(sql: Statements, i: int) -> None:
-    """Fill column ``i`` of each moved row's insert that came without it, pass by pass (a
-    row moved twice in the batch takes the value its first move carried over)."""
-    while True:
-        waiting = sql.run(
-            f"SELECT count(*) FROM {_ORDERED} WHERE _op = 'insert' AND u{i} = 1"
-        ).scalar_one()
-        if not waiting:
-            return
-        sources = _move_sources(sql, i)
-        resolved = sql.run(
-            f"UPDATE {_ORDERED} SET v{i} = src.value, u{i} = 0 FROM {sources} src "
-            f"WHERE {_ORDERED}._pos = src.pos AND src.ready = 1"
-        ).rowcount
-        if not resolved:
-            _fail_carry_over(sql, i, sources)
-
-
-def _move_sources(sql: Statements, i: int) -> str:
-    """Per placeholder of column ``i``: where its value is (``ready``: known now)."""
-    keys = sql.staged_key("x", "d")
-    earlier = (
-        f"SELECT x._pos FROM {_ORDERED} x WHERE {keys} AND x._pos < d._pos "
-        f"AND x._op <> 'delete' AND (x.u{i} = 0 OR x._op = 'insert') "
-        "ORDER BY x._pos DESC LIMIT 1"
-    )
-    target = (
-        f"SELECT {sql.as_staged(f't.{sql.values[i]}')} FROM {sql.table} t "
-        f"WHERE {sql.same_key('t', 'd')} AND t._lsn < p._lsn"
-    )
-    in_target = f"SELECT 1 FROM {sql.table} t WHERE {sql.same_key('t', 'd')} AND t._lsn < p._lsn"
-    return (
-        f"(SELECT p._pos AS pos, d._pos AS moved_from, e._pos AS earlier, "
-        f"CASE WHEN e._pos IS NOT NULL THEN e.v{i} ELSE ({target}) END AS value, "
-        f"CASE WHEN e._pos IS NOT NULL THEN 1 - e.u{i} "
-        f"WHEN d._pos IS NOT NULL AND EXISTS ({in_target}) THEN 1 ELSE 0 END AS ready "
-        f"FROM {_ORDERED} p LEFT JOIN {_ORDERED} d ON d._lsn = p._lsn AND d._seq = p._seq - 1 "
-        f"AND d._op = 'delete' LEFT JOIN {_ORDERED} e ON e._pos = ({earlier}) "
-        f"WHERE p._op = 'insert' AND p.u{i} = 1)"
-    )
-
-
-def _fail_carry_over(sql: Statements, i: int, sources: str) -> None:
-    row = sql.run(
-        f"SELECT {', '.join(sql.typed(f'o.k{k}', k, True) for k in range(len(sql.keys)))}, o._lsn "
-        f"FROM {sources} src JOIN {_ORDERED} o ON o._pos = src.pos "
-        "WHERE src.ready = 0 ORDER BY o._pos LIMIT 1"
-    ).first()
-    assert row is not None
-    key = dict(zip((c.name for c in sql.layout.keys), row[:-1], strict=True))
-    raise MergeError(
-        f"cannot merge key {key} into {sql.table}: an UPDATE moved the row to it from another "
-        f"key, in the transaction that ends at LSN {format_lsn(row[-1])}, and left column "
-        f"{sql.layout.values[i].name!r} (a TOASTed value) unchanged; {_REMEDY}"
-    )
 
 
 def _reduce(sql: Statements) -> None:
@@ -200,7 +129,7 @@ def _write(sql: Statements, source: str, known: Callable[[int], str]) -> None:
     if missing is not None:
         key = dict(zip((c.name for c in sql.layout.keys), missing, strict=True))
         raise MergeError(
-            f"cannot merge key {key} into {table}: an update left a value unchanged, but the "
+            f"cannot merge key {key} into {table}: a change left a value unsent, but the "
             "target has no row of that key to keep it from (was the row deleted from the "
             "target by hand?)"
         )

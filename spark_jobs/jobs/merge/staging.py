@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 import sqlalchemy
 
+from spark_jobs.sources.cdc.bulk import copy_in
 from spark_jobs.sources.cdc.table import TableColumn, TableShape
 from spark_jobs.sources.cdc.values import postgres_text
 
@@ -90,30 +91,26 @@ def stage(
     """Every piece into the stage, one statement each."""
     postgres = connection.dialect.name == "postgresql"
     rows, unchanged = 0, False
-    cursor = connection.connection.dbapi_connection.cursor()
-    try:
-        for piece in pieces:
-            if piece.num_rows == 0:
-                continue
-            flags = unchanged_flags(piece, layout)
-            unchanged = unchanged or any(flag.any() for flag in flags)
-            own = [piece.column(c.name) for c in (*layout.keys, *layout.values)]
-            kinds = [c.kind.oid for c in (*layout.keys, *layout.values)]
-            changes = [piece.column("_op"), piece.column("_lsn"), piece.column("_seq")]
-            if postgres:
-                texts = [postgres_text(a, kind) for a, kind in zip(own, kinds, strict=True)]
-                _copy(cursor, layout, [*texts, *map(pa.array, flags), *changes])
-            else:
-                values = [_sqlite_values(a, kind) for a, kind in zip(own, kinds, strict=True)]
-                values += [flag.tolist() for flag in flags]
-                values += [change.to_pylist() for change in changes]
-                marks = ", ".join("?" * len(values))
-                cursor.executemany(
-                    f"INSERT INTO {STAGE} VALUES ({marks})", zip(*values, strict=True)
-                )
-            rows += piece.num_rows
-    finally:
-        cursor.close()
+    for piece in pieces:
+        if piece.num_rows == 0:
+            continue
+        flags = unchanged_flags(piece, layout)
+        unchanged = unchanged or any(flag.any() for flag in flags)
+        own = [piece.column(c.name) for c in (*layout.keys, *layout.values)]
+        kinds = [c.kind.oid for c in (*layout.keys, *layout.values)]
+        changes = [piece.column("_op"), piece.column("_lsn"), piece.column("_seq")]
+        if postgres:
+            texts = [postgres_text(a, kind) for a, kind in zip(own, kinds, strict=True)]
+            _copy(connection, layout, [*texts, *map(pa.array, flags), *changes])
+        else:
+            values = [_sqlite_values(a, kind) for a, kind in zip(own, kinds, strict=True)]
+            values += [flag.tolist() for flag in flags]
+            values += [change.to_pylist() for change in changes]
+            marks = ", ".join("?" * len(values))
+            connection.exec_driver_sql(
+                f"INSERT INTO {STAGE} VALUES ({marks})", list(zip(*values, strict=True))
+            )
+        rows += piece.num_rows
     return Staged(rows, unchanged)
 
 
@@ -143,7 +140,7 @@ def _sqlite_values(array: pa.Array, type_oid: int) -> list:
     return postgres_text(array, type_oid).to_pylist()
 
 
-def _copy(cursor: object, layout: Layout, columns: list[pa.Array]) -> None:
+def _copy(connection: sqlalchemy.Connection, layout: Layout, columns: list[pa.Array]) -> None:
     """One ``COPY`` of a piece: CSV that quotes every value, so an empty string differs
     from a NULL (an unquoted empty field)."""
     buffer = io.BytesIO()
@@ -152,5 +149,4 @@ def _copy(cursor: object, layout: Layout, columns: list[pa.Array]) -> None:
         buffer,
         pa_csv.WriteOptions(include_header=False, quoting_style="all_valid"),
     )
-    buffer.seek(0)
-    cursor.copy_expert(f"COPY {STAGE} FROM STDIN WITH (FORMAT csv)", buffer)  # type: ignore[attr-defined]
+    copy_in(connection, f"COPY {STAGE} FROM STDIN WITH (FORMAT csv)", buffer)

@@ -32,6 +32,7 @@ TRUNCATE of it or a change decoded with other columns stops the changelog with a
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import pyarrow as pa
 
@@ -43,19 +44,30 @@ from spark_jobs.sources.cdc.changes import (
 )
 from spark_jobs.sources.cdc.coverage import SnapshotCoverage
 from spark_jobs.sources.cdc.lsn import format_lsn
-from spark_jobs.sources.cdc.messages import UNCHANGED, Begin, Commit, Relation, Truncate
+from spark_jobs.sources.cdc.messages import UNCHANGED, Begin, Commit, Truncate
 from spark_jobs.sources.cdc.pgoutput import decode
 from spark_jobs.sources.cdc.slot import ReplicationSlot, SlotError
 from spark_jobs.sources.cdc.spill import OpenTransaction, Pieces
-from spark_jobs.sources.cdc.table import Row, TableShape
+from spark_jobs.sources.cdc.table import START_OVER, Key, Row, TableChangedError, TableShape
 
-_START_OVER = "start over with a new snapshot (drop the replication slot and read the table afresh)"
 #: Rows per Arrow piece ``read`` yields.
 PIECE_ROWS = 10_000
 
 
-class TableChangedError(ChangeStreamError):
-    """The table was truncated or its columns changed while its changes were read."""
+@dataclass(frozen=True)
+class _RowOfChange:
+    """One row a change makes: its ``_op``, key, values and the columns left unsent."""
+
+    op: str
+    key: Key
+    row: Row
+    unchanged: list[str]
+
+    @classmethod
+    def delete(cls, table: TableShape, old: Row | None) -> _RowOfChange:
+        assert old is not None, "a delete names the row's key"
+        key = table.key_of(old)
+        return cls("delete", key, table.key_row(key), [])
 
 
 class Changelog:
@@ -67,11 +79,17 @@ class Changelog:
         self.schema = table.arrow_table([], []).schema
         #: Whether the last ``plan`` left transactions after its end for the next one.
         self.more_after = False
+        #: Rows the last ``plan``'s batch moves to new keys (whose values may be incomplete).
+        self.moves = 0
+        #: Where the first transaction not visible yet ends, if the last ``plan`` stopped
+        #: before one.
+        self.blocked_at: int | None = None
 
     def plan(self, start_lsn: int, max_changes: int | None = None) -> int:
         """The end of the batch after ``start_lsn``: the commit end of the last transaction
         that fits in ``max_changes`` row changes (None: no limit), ``start_lsn`` when nothing
-        is new. A transaction is never split: one larger than the limit is a batch alone."""
+        is new. A transaction is never split: one larger than the limit is a batch alone.
+        The batch ends before the first transaction that is not visible yet (``slot.py``)."""
         if max_changes is not None and max_changes < 1:
             raise ValueError(f"max_changes = {max_changes!r}: expected None or at least 1")
         limit = max_changes
@@ -81,51 +99,87 @@ class Changelog:
             self._check_position(start_lsn)
             end = start_lsn if summary.end is None else summary.end
             full = max_changes is not None and summary.changes >= max_changes
-            if full or summary.left_out or limit is None or summary.messages < limit:
-                self.more_after = full or summary.left_out > 0
+            blocked = summary.blocked_at is not None
+            if full or summary.left_out or blocked or limit is None or summary.messages < limit:
+                self.more_after = full or summary.left_out > 0 or blocked
+                self.moves, self.blocked_at = summary.moves, summary.blocked_at
                 return end
             # Past what this peek saw: a transaction larger than the limit is read once more
             # at most, not once per doubling.
             limit = max(2 * limit, summary.messages + limit)
+
+    def plan_until(self, start_lsn: int, upto_lsn: int) -> int:
+        """The end of the batch after ``start_lsn`` that takes every transaction ending by
+        ``upto_lsn``, or the visible ones before the first that is not (``start_lsn``: none)."""
+        summary = self._slot.summary(start_lsn, None, None, upto_lsn)
+        self._check_position(start_lsn)
+        self.moves, self.blocked_at = summary.moves, summary.blocked_at
+        return start_lsn if summary.end is None else summary.end
 
     def read(
         self, start_lsn: int, end_lsn: int, coverage: SnapshotCoverage | None = None
     ) -> Iterator[pa.RecordBatch]:
         """The row changes of the transactions that end in (``start_lsn``, ``end_lsn``], in
         commit order and pieces of at most ``PIECE_ROWS``, with ``_op``, ``_lsn`` (the
-        commit's end), ``_seq`` (the row's place in its transaction), ``_commit_time`` and
-        ``_unchanged``; without the changes of a key whose snapshot image holds them
-        already, by ``coverage``. Nothing when the batch is empty."""
+        commit's end), ``_seq`` (the row's place among the transaction's rows of the table),
+        ``_commit_time`` and ``_unchanged``; without the changes of a key whose snapshot
+        image holds them already, by ``coverage``. Nothing when the batch is empty."""
+        pieces = Pieces(self.table, PIECE_ROWS)
+        current = OpenTransaction(self.table, PIECE_ROWS)
+        for begin, change in self._row_changes(start_lsn, end_lsn):
+            if isinstance(change, Commit):
+                yield from current.close(change.end_lsn, pieces)
+            elif coverage is not None and coverage.has(change.key, begin.final_lsn):
+                current.skip()
+            else:
+                current.add(change.row, change.op, begin.commit_time, change.unchanged)
+        yield from pieces.rest()
+
+    def incomplete_rows(
+        self, start_lsn: int, end_lsn: int, coverage: SnapshotCoverage | None = None
+    ) -> list[Key]:
+        """The keys whose rows ``read`` would give without a value the row has: the insert
+        of a key move that left a TOASTed value unsent (under REPLICA IDENTITY DEFAULT no
+        change says what it was). Only a refresh of the key completes them."""
+        found: dict[Key, None] = {}
+        for begin, change in self._row_changes(start_lsn, end_lsn):
+            if isinstance(change, Commit) or not (change.op == "insert" and change.unchanged):
+                continue
+            if coverage is None or not coverage.has(change.key, begin.final_lsn):
+                found[change.key] = None
+        return list(found)
+
+    def _row_changes(
+        self, start_lsn: int, end_lsn: int
+    ) -> Iterator[tuple[Begin, _RowOfChange | Commit]]:
+        """Each row change of the transactions that end in (``start_lsn``, ``end_lsn``], and
+        each of their Commits, with the transaction's Begin."""
         if end_lsn < start_lsn:
             raise ValueError(
                 f"batch ({format_lsn(start_lsn)}, {format_lsn(end_lsn)}] ends before it starts"
             )
         if end_lsn == start_lsn:
             return
-        pieces = Pieces(self.table, PIECE_ROWS)
-        current = OpenTransaction(self.table, PIECE_ROWS)
         last_end, begin = None, None
         peeked = (decode(row.data) for row in self._slot.stream(upto_lsn=end_lsn))
         for event in events(peeked, RelationCache()):
             if isinstance(event, Begin):
                 # A commit that starts before the batch's start ends at or before it.
                 begin = None if event.final_lsn < start_lsn else event
+            elif begin is None:
+                continue
             elif isinstance(event, Commit):
-                if begin is not None:
-                    last_end = event.end_lsn
-                    yield from current.close(event.end_lsn, pieces)
-            elif begin is not None:
-                for op, row, unchanged in self._rows(begin, event):
-                    key = self.table.key_of(row)
-                    if coverage is None or not coverage.has(key, begin.final_lsn):
-                        current.add(row, op, begin.commit_time, unchanged)
+                last_end = event.end_lsn
+                yield begin, event
+            else:
+                for row in self._rows(begin, event):
+                    yield begin, row
         self._check_position(start_lsn)
         if last_end != end_lsn:
             raise ChangeStreamError(
                 f"no transaction of {self.table.name} ends at {format_lsn(end_lsn)} on "
                 f"{self._slot.where}: a batch must end where plan() ended it"
             )
-        yield from pieces.rest()
 
     def commit(self, end_lsn: int) -> None:
         """Consume the batches that end at or before ``end_lsn`` (an end ``plan`` gave); an
@@ -147,49 +201,35 @@ class Changelog:
                 "changes in between are gone; a slot must be advanced only to committed ends"
             )
 
-    def _rows(self, begin: Begin, change: Change) -> list[tuple[str, Row, list[str]]]:
+    def _rows(self, begin: Begin, change: Change) -> list[_RowOfChange]:
         """``change`` as rows of the table, each with its ``_op`` and ``_unchanged``."""
         at = f"in the transaction that commits at {format_lsn(begin.final_lsn)}"
         if isinstance(change, Truncate):
             if self.table.oid in change.relation_ids:
                 raise TableChangedError(
                     f"table {self.table.name} was truncated {at}, which removes rows no change "
-                    f"names: {_START_OVER}"
+                    f"names: {START_OVER}"
                 )
             return []
         if change.relation.relation_id != self.table.oid:
             return []
-        self._check_columns(change.relation, at)
-        old = None if change.old is None else self.table.typed_change(change.old)
+        table = self.table
+        table.check_relation(change.relation, at)
+        old = None if change.old is None else table.typed_change(change.old)
         if change.new is None:
-            return [("delete", self._key_row(old), [])]
+            return [_RowOfChange.delete(table, old)]
         row: Row = {}
         unchanged: list[str] = []
-        for name, value in self.table.typed_change(change.new).items():
+        for name, value in table.typed_change(change.new).items():
             if value is UNCHANGED and old is not None:
                 value = old.get(name, UNCHANGED)
             if value is UNCHANGED:
                 value = None
                 unchanged.append(name)
             row[name] = value
+        key = table.key_of(row)
         if change.operation == "insert" or old is None:
-            return [(change.operation, row, unchanged)]
-        if self.table.key_of(old) == self.table.key_of(row):
-            return [("update", row, unchanged)]
-        return [("delete", self._key_row(old), []), ("insert", row, unchanged)]
-
-    def _key_row(self, old: Row) -> Row:
-        """A row of the key in ``old``, every other column null."""
-        return {
-            c.name: old[c.name] if c.name in self.table.key else None for c in self.table.columns
-        }
-
-    def _check_columns(self, relation: Relation, at: str) -> None:
-        found = [(c.name, c.type_oid) for c in relation.columns]
-        expected = [(c.name, c.type_oid) for c in self.table.columns]
-        if found != expected:
-            raise TableChangedError(
-                f"table {self.table.name} changed {at}: its columns (name, type OID) are "
-                f"{found}, not {expected} as described, so its rows no longer fit the snapshot's: "
-                f"{_START_OVER}"
-            )
+            return [_RowOfChange(change.operation, key, row, unchanged)]
+        if table.key_of(old) == key:
+            return [_RowOfChange("update", key, row, unchanged)]
+        return [_RowOfChange.delete(table, old), _RowOfChange("insert", key, row, unchanged)]

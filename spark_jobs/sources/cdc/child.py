@@ -62,8 +62,14 @@ from spark_jobs.sources.cdc.slot import (
     check_name,
     is_outage,
 )
-from spark_jobs.sources.cdc.snapshot import Chunk, ChunkReader, read_chunk
-from spark_jobs.sources.cdc.table import Key, TableError, TableShape, describe_table
+from spark_jobs.sources.cdc.snapshot import Chunk, ChunkReader, Refresh, read_chunk
+from spark_jobs.sources.cdc.table import (
+    START_OVER,
+    Key,
+    TableError,
+    TableShape,
+    describe_table,
+)
 from spark_jobs.sources.children import (
     ChildSource,
     ChildSpecError,
@@ -88,6 +94,8 @@ MAX_OUTAGE_TIMEOUT_S = 7 * 86_400.0
 #: The first pause of a read retried while the server is away; it doubles up to a second.
 _READ_RETRY_PAUSE_S = 0.1
 SNAPSHOT, CHANGELOG = "snapshot", "changelog"
+#: Refreshes one batch may make, each for what the last left incomplete.
+REFRESHES_PER_BATCH = 4
 
 
 def default_slot_name(state_location: str, child: str) -> str:
@@ -179,6 +187,9 @@ class PostgresCdcChild(ChildSource):
     kind: ClassVar[str] = "postgres-cdc"
     bounded: ClassVar[bool] = False
     STARTING = "start.json"
+    #: The table's ``signature`` and its publication's ``publication_state`` when the copy
+    #: began: every plan checks that neither changed.
+    SHAPE = "shape.json"
 
     def __init__(
         self,
@@ -199,13 +210,19 @@ class PostgresCdcChild(ChildSource):
         self.state, self.shape = state, shape
         self.outage_timeout_s = outage_timeout_s
         self.chunks = StateDirectory(f"{state.location}/chunks")
+        self.refreshes = StateDirectory(f"{state.location}/refreshes")
         self._slot: ReplicationSlot | None = None
         self._reader: ChunkReader | None = None
         #: (last key, high watermark) of the chunks whose records were read, in order.
         self._covered: list[tuple[Key | None, int]] = []
+        #: (keys, high watermark) of the refreshes whose records were read, by index; None
+        #: for one whose record is gone (the changelog had passed it).
+        self._refreshed: list[tuple[list[Key], int] | None] = []
         self._start: Position | None = None
-        #: Chunk files before this one are removed (only listed again after a restart).
+        #: Chunk and refresh files before these are removed (only listed again after a
+        #: restart).
         self._chunks_removed = 0
+        self._refreshes_removed = 0
         self._heartbeat = HeartbeatSchedule(heartbeat_interval_s)
         self._outage = Outage(outage_timeout_s)
         self._last_lag: dict[str, int] = {}
@@ -301,8 +318,11 @@ class PostgresCdcChild(ChildSource):
         self.state.claim({"kind": self.kind, "table": self.shape.name, "slot": self.slot})
         if self.STARTING in self.state.names(self.STARTING):
             self._start = self.state.read(self.STARTING)
+            self._keep_shape()  # a checkpoint from before shapes were kept
+            self._check_unchanged()
             return self._start
         self.replication_slot.ensure()
+        self._keep_shape()
         lsn = self.replication_slot.confirmed_flush_lsn()
         start = {"phase": SNAPSHOT, "lsn": format_lsn(lsn), "chunks": 0, "after": None}
         self.state.write(self.STARTING, start)
@@ -313,12 +333,40 @@ class PostgresCdcChild(ChildSource):
         self._start = start
         return start
 
+    def _keep_shape(self) -> None:
+        if self.SHAPE not in self.state.names(self.SHAPE):
+            publication = self.replication_slot.publication_state()
+            self.state.write(
+                self.SHAPE, {"table": self.shape.signature(), "publication": publication}
+            )
+
+    def _check_unchanged(self) -> None:
+        """Fail by name if the table or its publication changed since the copy began.
+
+        Run at the end of every plan, after its peeks: whatever they decoded was written
+        before this check, so under the shape and the publication it finds unchanged. A
+        change the check finds is before the batch planned, which is never logged. (Both
+        are catalog changes the changes themselves may not show: a new primary key under
+        REPLICA IDENTITY FULL, a table dropped from the publication, whose changes simply
+        stop arriving.)"""
+        kept = self.state.read(self.SHAPE)
+        self.chunk_reader.describe().check_unchanged(kept["table"])
+        slot = self.replication_slot
+        if slot.publication_state() != kept["publication"]:
+            slot.check_publication()  # names what is wrong with it now, if anything is
+            raise SlotError(
+                f"publication {self.publication!r} on {slot.where} changed since the copy "
+                f"began (it was altered, or the table dropped from it and added again): "
+                f"changes of {self.shape.name} made meanwhile may not have been decoded; "
+                f"{START_OVER}"
+            )
+
     def backlog_at(self, position: Position) -> bool:
         """Backlog until the changelog has passed every chunk's high watermark: before, the
         copy holds each chunk as of its own moment, not the table as of one."""
         if position["phase"] == SNAPSHOT:
             return True
-        until = self.coverage(position["chunks"]).until
+        until = self.coverage(position["chunks"], _refreshes(position)).until
         return until is None or parse_lsn(position["lsn"]) < until
 
     def is_exhausted(self, position: Position) -> bool:
@@ -330,9 +378,12 @@ class PostgresCdcChild(ChildSource):
                 planned = self._plan_changes(start, limits)
             elif start.get("done"):
                 changelog = {"phase": CHANGELOG, "lsn": start["lsn"], "chunks": start["chunks"]}
+                if _refreshes(start):
+                    changelog["refreshes"] = _refreshes(start)
                 planned = self._plan_changes(changelog, limits)
             else:
                 planned = self._plan_chunks(start, limits)
+            self._check_unchanged()
         except sqlalchemy.exc.DBAPIError as error:
             if not is_outage(error):
                 raise
@@ -369,9 +420,8 @@ class PostgresCdcChild(ChildSource):
         ``max_rows`` holds (at least one), all without. The changes are planned first, so
         every one ends before the chunks' low watermarks: the chunks' images hold those of
         their own keys, and the changes' partition leaves them out."""
-        lsn = Changelog(self.replication_slot, self.shape).plan(
-            parse_lsn(start["lsn"]), limits.max_rows
-        )
+        changelog = Changelog(self.replication_slot, self.shape)
+        lsn = changelog.plan(parse_lsn(start["lsn"]), limits.max_rows)
         wanted = None if limits.max_rows is None else max(1, limits.max_rows // self.chunk_rows)
         index, after, rows = start["chunks"], start["after"], 0
         done = False
@@ -380,6 +430,7 @@ class PostgresCdcChild(ChildSource):
             index, after, rows = index + 1, chunk.last_key, rows + chunk.rows
             done = chunk.last_key is None
         end = {**start, "lsn": format_lsn(lsn), "chunks": index, "after": after}
+        rows += self._refresh(changelog, start, end, extend=False)
         if done:
             end["done"] = True
             logger.info(
@@ -413,7 +464,56 @@ class PostgresCdcChild(ChildSource):
         if self._heartbeat.due(end_lsn == start_lsn, health.trailing_wal_bytes):
             self.replication_slot.heartbeat()
         end = {**start, "lsn": format_lsn(end_lsn)}
+        self._refresh(changelog, start, end, extend=True)
         return Planned(end, self._lag(behind, health), health=self._describe(health))
+
+    def _refresh(self, changelog: Changelog, start: Position, end: Position, extend: bool) -> int:
+        """Read again, after the batch's changes, the rows the changelog cannot complete in
+        (start, end] (``Changelog.incomplete_rows``), as a refresh that ``end`` counts: the
+        batch reads the refresh's image for those keys instead of their changes. Returns the
+        rows of the images.
+
+        The image is as of its high watermark, after the batch's end: a copy that took it at
+        the batch's end would hold those keys later than the others, inconsistent (backlog)
+        until the next batch. So in the changelog (``extend``) the batch goes on to the
+        refresh's own transaction, taking what was committed meanwhile (and refreshing again
+        what that leaves incomplete), unless a transaction not yet visible is in the way."""
+        index, rows = _refreshes(start), 0
+        start_lsn, end_lsn = parse_lsn(start["lsn"]), parse_lsn(end["lsn"])
+        for _ in range(REFRESHES_PER_BATCH):
+            if not changelog.moves:
+                break
+            coverage = self.coverage(end["chunks"], index)
+            keys = changelog.incomplete_rows(start_lsn, end_lsn, coverage)
+            if not keys:
+                break
+            refresh = self._refresh_keys(index, keys)
+            index, rows = index + 1, rows + len(keys)
+            end["refreshes"] = index
+            if not extend:
+                break
+            further = changelog.plan_until(end_lsn, refresh.settled_at)
+            if further < refresh.high_watermark:
+                break
+            end_lsn = further
+            end["lsn"] = format_lsn(end_lsn)
+        return rows
+
+    def _refresh_keys(self, index: int, keys: list[Key]) -> Refresh:
+        leftovers = {_chunk_file(index, "arrow"), _chunk_file(index, "json")}
+        for name in leftovers.intersection(self.refreshes.names("")):
+            self.refreshes.remove(name)
+        path = f"{self.refreshes.location}/{_chunk_file(index, 'arrow')}"
+        refresh = self.chunk_reader.refresh(keys, path)
+        self.refreshes.write(
+            _chunk_file(index, "json"),
+            {"keys": refresh.keys, "highWatermark": format_lsn(refresh.high_watermark)},
+        )
+        logger.info(
+            "child source %r: %d rows moved to new keys left a TOASTed value unsent; read "
+            "again at %s", self.name, len(keys), format_lsn(refresh.high_watermark),
+        )  # fmt: skip
+        return refresh
 
     def _health(self) -> SlotHealth:
         """The slot's health (a lost slot fails by name); the first time an unbounded
@@ -452,6 +552,8 @@ class PostgresCdcChild(ChildSource):
                 if int(name.split(".")[0]) < position["chunks"]:
                     self.chunks.remove(name)
             self._chunks_removed = position["chunks"]
+        if _refreshes(position) > self._refreshes_removed:
+            self._remove_refreshes(position)
         try:
             Changelog(self.replication_slot, self.shape).commit(parse_lsn(position["lsn"]))
         except sqlalchemy.exc.DBAPIError as error:
@@ -464,19 +566,36 @@ class PostgresCdcChild(ChildSource):
                 self.name, position["lsn"], str(error.orig).strip(),
             )  # fmt: skip
 
+    def _remove_refreshes(self, position: Position) -> None:
+        """The images of committed refreshes; and their records once the changelog is past
+        their high watermarks, where they cover no change any more."""
+        count, lsn = _refreshes(position), parse_lsn(position["lsn"])
+        self.coverage(position["chunks"], count)
+        for name in self.refreshes.names(""):
+            index = int(name.split(".")[0])
+            record = self._refreshed[index] if index < len(self._refreshed) else None
+            passed = record is not None and record[1] <= lsn
+            if index < count and (name.endswith(".arrow") or passed):
+                self.refreshes.remove(name)
+        self._refreshes_removed = count
+
     # --- reading -----------------------------------------------------------------------
 
     def partitions(self, start: Position, end: Position) -> list[ReadablePartition]:
-        """The changes in (start, end] of the keys the images do not hold, then, in the
-        snapshot, the chunks copied for ``end``."""
+        """The changes in (start, end] of the keys the images do not hold, then the images
+        read for ``end``: refreshes, and in the snapshot, chunks."""
         found: list[ReadablePartition] = []
         start_lsn, end_lsn = parse_lsn(start["lsn"]), parse_lsn(end["lsn"])
         if end_lsn != start_lsn:
-            coverage = self.coverage(end["chunks"])
+            coverage = self.coverage(end["chunks"], _refreshes(end))
             overlaps = coverage.until is None or start_lsn < coverage.until
             found.append(
                 ChangelogPartition(self, start_lsn, end_lsn, coverage if overlaps else None)
             )
+        found.extend(
+            SnapshotChunkPartition(f"{self.refreshes.location}/{_chunk_file(i, 'arrow')}")
+            for i in range(_refreshes(start), _refreshes(end))
+        )
         if end["phase"] == SNAPSHOT:
             found.extend(
                 SnapshotChunkPartition(f"{self.chunks.location}/{_chunk_file(i, 'arrow')}")
@@ -484,14 +603,23 @@ class PostgresCdcChild(ChildSource):
             )
         return found
 
-    def coverage(self, chunks: int) -> SnapshotCoverage:
-        """The key ranges and high watermarks of the first ``chunks`` chunks copied (each
-        chunk's record read once)."""
+    def coverage(self, chunks: int, refreshes: int = 0) -> SnapshotCoverage:
+        """The key ranges and high watermarks of the first ``chunks`` chunks copied and of the
+        first ``refreshes`` refreshes (each record read once)."""
         for index in range(len(self._covered), chunks):
             record = self.chunks.read(_chunk_file(index, "json"))
             last = None if record["last"] is None else self.shape.typed_key(record["last"])
             self._covered.append((last, parse_lsn(record["highWatermark"])))
-        return SnapshotCoverage.of(self._covered[:chunks])
+        for index in range(len(self._refreshed), refreshes):
+            try:
+                record = self.refreshes.read(_chunk_file(index, "json"))
+            except FileNotFoundError:  # removed once the changelog had passed it
+                self._refreshed.append(None)
+                continue
+            keys = [self.shape.typed_key(key) for key in record["keys"]]
+            self._refreshed.append((keys, parse_lsn(record["highWatermark"])))
+        refreshed = [r for r in self._refreshed[:refreshes] if r is not None]
+        return SnapshotCoverage.of(self._covered[:chunks], refreshed)
 
 
 def teardown(url: str, slot: str, publication: str, table: str) -> bool:
@@ -512,6 +640,11 @@ def teardown(url: str, slot: str, publication: str, table: str) -> bool:
 
 def _chunk_file(index: int, suffix: str) -> str:
     return f"{index:08d}.{suffix}"
+
+
+def _refreshes(position: Position) -> int:
+    """How many refreshes the batches up to ``position`` read (none before the first)."""
+    return int(position.get("refreshes", 0))
 
 
 def checked_table(child: str, url: str, table: str) -> TableShape:

@@ -66,30 +66,47 @@ SESSION_SETTINGS = text(
     "set_config('IntervalStyle', 'postgres', false)"
 )
 #: Per transaction after the slot: where it ends, how many row changes (insert, update,
-#: delete, truncate) it holds, and whether it is this slot's heartbeat; counted on the server
+#: delete, truncate) it holds, how many of them are updates that move a row to a new key
+#: (under the default replica identity only those carry the old key, a 'K' tuple), whether it
+#: is this slot's heartbeat, and whether it is visible yet; counted on the server
 #: (``get_byte(data, 0)`` is a message's type), so no change travels to plan a batch. The
 #: last transaction that fits in ``:max_changes`` (None: all; the first always) ends the
 #: batch; ``left_out`` counts those after it. A transaction that is only another's logical
 #: message (another job's heartbeat) is a batch of its own only when nothing else is.
+#:
+#: A commit is written to the WAL, and so decoded, before it becomes visible (with
+#: synchronous replication, until the standby confirms it): the batch ends before the first
+#: transaction that the server's snapshot, taken after the peek, does not show yet. A snapshot
+#: read later is then sure to see every transaction the slot is moved past, which the
+#: snapshot's chunks rely on. A decoded xid is 32 bits: it is taken in the epoch nearest the
+#: snapshot's xmax, as ``snapshot.Visibility`` does.
 _SUMMARY = text(
     "WITH m AS MATERIALIZED (SELECT lsn, xid, get_byte(data, 0) AS kind, "
     "  get_byte(data, 0) = 77 AND substring(data FROM 11 FOR :prefix_bytes) = :prefix "
-    "  AS ours "
-    f"  FROM pg_logical_slot_peek_binary_changes(:slot, NULL, "
+    "  AS ours, get_byte(data, 0) = 85 AND get_byte(data, 5) = 75 AS moves "
+    f"  FROM pg_logical_slot_peek_binary_changes(:slot, CAST(:upto_lsn AS pg_lsn), "
     f"    CAST(:upto_nchanges AS integer), {_OPTIONS})), "
-    "t AS (SELECT max(lsn) FILTER (WHERE kind = 67) AS end_lsn, "
-    "  count(*) FILTER (WHERE kind IN (73, 85, 68, 84)) AS changes, bool_or(ours) AS ours "
-    "  FROM m WHERE xid <> 0 GROUP BY xid), "
-    "r AS (SELECT end_lsn, sum(changes) OVER (ORDER BY end_lsn) AS running, "
-    "  row_number() OVER (ORDER BY end_lsn) AS n FROM t "
-    "  WHERE end_lsn > CAST(:start AS pg_lsn) AND (changes > 0 OR ours)) "
+    "s AS MATERIALIZED (SELECT snap, pg_snapshot_xmax(snap)::text::bigint AS xmax "
+    "  FROM (SELECT pg_current_snapshot() AS snap) now), "
+    "t AS (SELECT xid, max(lsn) FILTER (WHERE kind = 67) AS end_lsn, "
+    "  count(*) FILTER (WHERE kind IN (73, 85, 68, 84)) AS changes, bool_or(ours) AS ours, "
+    "  count(*) FILTER (WHERE moves) AS moves FROM m WHERE xid <> 0 GROUP BY xid), "
+    "v AS (SELECT t.*, pg_visible_in_snapshot(CAST(CAST(s.xmax + (((xid::text::bigint "
+    "  - s.xmax % 4294967296 + 2147483648) % 4294967296 + 4294967296) % 4294967296) "
+    "  - 2147483648 AS text) AS xid8), s.snap) AS visible FROM t, s "
+    "  WHERE end_lsn > CAST(:start AS pg_lsn) AND (changes > 0 OR ours)), "
+    "b AS (SELECT min(end_lsn) AS blocked_at FROM v WHERE NOT visible), "
+    "r AS (SELECT end_lsn, moves, sum(changes) OVER (ORDER BY end_lsn) AS running, "
+    "  row_number() OVER (ORDER BY end_lsn) AS n FROM v, b "
+    "  WHERE b.blocked_at IS NULL OR end_lsn < b.blocked_at), "
+    "c AS (SELECT *, n = 1 OR CAST(:max_changes AS bigint) IS NULL "
+    "  OR running <= :max_changes AS fits FROM r) "
     "SELECT (SELECT count(*) FROM m) AS messages, "
-    "(SELECT max(end_lsn) FROM r WHERE n = 1 OR CAST(:max_changes AS bigint) IS NULL "
-    "  OR running <= :max_changes)::text AS end_lsn, "
-    "(SELECT coalesce(max(running), 0) FROM r WHERE n = 1 "
-    "  OR CAST(:max_changes AS bigint) IS NULL OR running <= :max_changes) AS changes, "
-    "(SELECT count(*) FROM r WHERE NOT (n = 1 OR CAST(:max_changes AS bigint) IS NULL "
-    "  OR running <= :max_changes)) AS left_out"
+    "(SELECT max(end_lsn) FROM c WHERE fits)::text AS end_lsn, "
+    "(SELECT coalesce(max(running), 0) FROM c WHERE fits) AS changes, "
+    "(SELECT coalesce(sum(moves), 0) FROM c WHERE fits) AS moves, "
+    "(SELECT count(*) FROM c WHERE NOT fits) AS left_out, "
+    "(SELECT blocked_at::text FROM b) AS blocked_at"
 )
 
 _PEEK = text(
@@ -153,13 +170,16 @@ class PeekedRow(NamedTuple):
 class BatchSummary:
     """What the slot holds after a start, as ``summary`` counted it: ``messages`` peeked
     (the bound a peek stops at), the ``end`` of the last transaction that fits (None:
-    nothing new), the row ``changes`` up to there, and how many transactions were
-    ``left_out`` after it."""
+    nothing new), the row ``changes`` up to there and how many of them ``moves`` rows to
+    new keys, how many transactions were ``left_out`` after it, and where the first
+    transaction not visible yet ends (``blocked_at``; the batch ends before it)."""
 
     messages: int
     end: int | None
     changes: int
+    moves: int
     left_out: int
+    blocked_at: int | None = None
 
 
 @dataclass(frozen=True)
@@ -337,6 +357,28 @@ class ReplicationSlot:
                 f"not all of {list(carried.columns)}: publish the table without a column list"
             )
 
+    def publication_state(self) -> dict[str, Any] | None:
+        """What the publication is for the table, down to the catalog rows' own transaction
+        ids: any change to it (actions, membership, even one undone since) gives another
+        state. None: no such publication."""
+        with self._connection() as connection:
+            row = connection.execute(
+                text(
+                    "SELECT p.oid, p.xmin::text AS xmin, p.pubinsert, p.pubupdate, "
+                    "p.pubdelete, p.pubtruncate, p.puballtables, p.pubviaroot, "
+                    "ARRAY(SELECT pr.oid::text || '/' || pr.xmin::text "
+                    "  FROM pg_publication_rel pr WHERE pr.prpubid = p.oid "
+                    "  AND pr.prrelid = to_regclass(:table) ORDER BY 1) AS tables, "
+                    "ARRAY(SELECT pn.oid::text || '/' || pn.xmin::text "
+                    "  FROM pg_publication_namespace pn JOIN pg_class c "
+                    "  ON c.relnamespace = pn.pnnspid WHERE pn.pnpubid = p.oid "
+                    "  AND c.oid = to_regclass(:table) ORDER BY 1) AS schemas "
+                    "FROM pg_publication p WHERE p.pubname = :publication"
+                ),
+                {"publication": self.publication, "table": self._table()},
+            ).first()
+        return None if row is None else {k: v for k, v in row._mapping.items()}
+
     def peek(
         self, upto_nchanges: int | None = None, upto_lsn: int | None = None
     ) -> list[PeekedRow]:
@@ -365,15 +407,21 @@ class ReplicationSlot:
             connection.close()
 
     def summary(
-        self, start_lsn: int, max_changes: int | None, upto_nchanges: int | None
+        self,
+        start_lsn: int,
+        max_changes: int | None,
+        upto_nchanges: int | None,
+        upto_lsn: int | None = None,
     ) -> BatchSummary:
         """Where the batch after ``start_lsn`` ends, counted on the server (``_SUMMARY``)
-        among the first ``upto_nchanges`` messages after the slot (None: all)."""
+        among the first ``upto_nchanges`` messages after the slot (None: all), of the
+        transactions that end by ``upto_lsn`` (None: all)."""
         prefix = self.position_prefix.encode()
         values = {
             "slot": self.slot,
             "publication": self.publication,
             "upto_nchanges": upto_nchanges,
+            "upto_lsn": None if upto_lsn is None else format_lsn(upto_lsn),
             "start": format_lsn(start_lsn),
             "max_changes": max_changes,
             "prefix": prefix + b"\0",
@@ -381,13 +429,15 @@ class ReplicationSlot:
         }
         row = self._when_free(lambda: self._run(_SUMMARY, values).one())
         end = None if row.end_lsn is None else parse_lsn(row.end_lsn)
-        return BatchSummary(row.messages, end, row.changes, row.left_out)
+        blocked_at = None if row.blocked_at is None else parse_lsn(row.blocked_at)
+        return BatchSummary(row.messages, end, row.changes, row.moves, row.left_out, blocked_at)
 
     def heartbeat(self) -> int:
         """Write this slot's heartbeat (a transaction of one logical message, flushed at its
-        commit, since peeks decode flushed WAL only); returns the message's position."""
+        commit, since peeks decode flushed WAL only, and waiting for no standby); returns the
+        message's position."""
         with self._connection() as connection:
-            connection.execute(text("SELECT set_config('synchronous_commit', 'on', false)"))
+            connection.execute(text("SELECT set_config('synchronous_commit', 'local', false)"))
             return parse_lsn(
                 connection.execute(
                     text("SELECT pg_logical_emit_message(true, :prefix, 'heartbeat')::text"),

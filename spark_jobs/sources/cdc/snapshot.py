@@ -16,23 +16,31 @@ be harmless, as a key's writes are serialized by its row lock, but is not needed
 
 - low watermark: ``pg_current_wal_insert_lsn()`` just before the read's transaction. The slot
   must not be past it, or the peek would miss what the read did not see.
-- high watermark: the end of a logical message (which pgoutput does not send) written just
-  after the read, in a transaction that commits with ``synchronous_commit = on``: having
-  written WAL, its commit flushes the WAL past the watermark (peeks decode flushed WAL only,
-  and asynchronous commits wait for the WAL writer). Every commit the read saw ends before it.
-- ``as_of``: the high watermark is rarely a commit's end, and advancing the slot inside a
-  commit record drops that transaction. So a chunk also keeps the end of the last transaction
-  peeked that ends by its high watermark (all are in the image), or the slot's position if
-  there was none: the furthest commit end an offset may store on this chunk's account.
+- high watermark: the end of a logical message written just after the read, in a
+  transaction that commits with ``synchronous_commit = local``: having written WAL, its commit
+  flushes the WAL past the watermark (peeks decode flushed WAL only, and asynchronous commits
+  wait for the WAL writer), and it waits for no standby. Every commit the read saw ends
+  before it.
+
+A change the read did not see cannot always be applied: under REPLICA IDENTITY DEFAULT an
+update that moves a row to a new key and leaves a TOASTed value as it was does not send the
+value, and when the row came from a key outside the image, the value is nowhere at hand. The
+move committed before the high watermark, so a new read sees the row whole: the image is read
+again (``ValueNotAtHand``), a few times before the error is raised.
+
+A refresh (``ChunkReader.refresh``) is the same read for a few keys anywhere in the table: the
+changelog's way to complete rows it cannot (see ``coverage.py``). Its image also says which of
+its keys have no row, as deletes.
 """
 
 from __future__ import annotations
 
 import io
-from collections.abc import Callable, Iterable
+import time
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import pyarrow as pa
 import pyarrow.csv as pa_csv
@@ -41,12 +49,20 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
 from spark_jobs.metrics.schema import installed_postgres_driver
+from spark_jobs.sources.cdc.bulk import copy_out
 from spark_jobs.sources.cdc.changes import Event, RelationCache, RowChange, events
 from spark_jobs.sources.cdc.lsn import format_lsn, parse_lsn
 from spark_jobs.sources.cdc.messages import Begin, Commit, Truncate
 from spark_jobs.sources.cdc.pgoutput import decode
 from spark_jobs.sources.cdc.slot import SESSION_SETTINGS, ReplicationSlot, SlotError
-from spark_jobs.sources.cdc.table import CHANGE_FIELDS, Key, Row, TableShape, describe_table
+from spark_jobs.sources.cdc.table import (
+    CHANGE_FIELDS,
+    Key,
+    Row,
+    TableShape,
+    ValueNotAtHand,
+    describe_table,
+)
 from spark_jobs.sources.storage import create_file, filesystem, resolve_uri
 
 
@@ -70,6 +86,12 @@ class Visibility:
         return full < self.xmax and full not in self.running
 
 
+class Keys(Protocol):
+    """The keys an image holds."""
+
+    def __contains__(self, key: Key) -> bool: ...
+
+
 @dataclass(frozen=True)
 class KeyRange:
     """Keys after ``after`` up to ``last``; None: unbounded (first or last chunk)."""
@@ -91,43 +113,61 @@ class Chunk:
     rows: int
     low_watermark: int
     high_watermark: int
-    as_of: int
     path: str
+
+
+@dataclass(frozen=True)
+class Refresh:
+    """The image of ``keys`` (JSON lists, as a chunk's) written to ``path``: ``rows`` of
+    them present, the others written as deletes. Every transaction ending by ``settled_at``
+    is flushed, the high watermark's own among them: a batch that ends there has passed the
+    refresh."""
+
+    keys: list[list[Any]]
+    rows: int
+    high_watermark: int
+    settled_at: int
+    path: str
+
+
+K = TypeVar("K", bound=Keys)
+
+#: Reads of one image before a value still not at hand fails it, and the pause before the
+#: first retry (doubling): a move that is flushed but not yet visible shows up meanwhile.
+READ_ATTEMPTS = 8
+_RETRY_PAUSE_S = 0.05
 
 
 def merge(
     image: pa.Table,
     changes: Iterable[Event],
     table: TableShape,
-    keys: KeyRange,
+    keys: Keys,
     high_watermark: int,
     read: Visibility,
-) -> tuple[pa.Table, int | None]:
-    """``image`` (the chunk's rows as read, in key order, as ``TableShape.typed_table`` gives
-    them) with the transactions the read did not see that end at or before
-    ``high_watermark`` applied in order, for keys in ``keys`` only; sorted by key. Also the
-    end of the last transaction among ``changes`` that ends by the high watermark (None:
-    none), the furthest position the image is as of. Changes are applied as they stream by:
-    a transaction is judged at its Begin, by where its commit starts.
+) -> pa.Table:
+    """``image`` (the rows as read, in key order, as ``TableShape.typed_table`` gives them)
+    with the transactions the read did not see that end at or before ``high_watermark``
+    applied in order, for keys in ``keys`` only; sorted by key. Changes are applied as they
+    stream by: a transaction is judged at its Begin, by where its commit starts.
+    ``ValueNotAtHand`` if a row moved in from a key outside ``keys`` left a value unsent.
 
     The rows stay in Arrow: only the keys the changes touch are held as Python rows, and
     the image is filtered and reordered once at the end."""
     changed = _Changed(image, table)
-    applying, as_of = False, None
+    applying = False
     for event in changes:
         if isinstance(event, Begin):
             applying = event.final_lsn < high_watermark and not read.sees(event.xid)
-        elif isinstance(event, Commit):
-            if event.end_lsn <= high_watermark:
-                as_of = event.end_lsn
-        elif not applying:
+        elif isinstance(event, Commit) or not applying:
             continue
         elif isinstance(event, Truncate):
             if table.oid in event.relation_ids:
                 changed.truncate()
         elif event.relation.relation_id == table.oid:
+            table.check_relation(event.relation, "while a snapshot chunk was read")
             changed.apply(event, keys)
-    return changed.image(), as_of
+    return changed.image()
 
 
 class _Changed:
@@ -151,9 +191,9 @@ class _Changed:
         self._rows.clear()
         self._truncated = True
 
-    def apply(self, change: RowChange, keys: KeyRange) -> None:
+    def apply(self, change: RowChange, keys: Keys) -> None:
         """One row change. An update that moves a row to a new key names the old one: a
-        delete and an insert. Keys outside the range are never in the image."""
+        delete and an insert. Keys outside ``keys`` are never in the image."""
         table = self._table
         old = None if change.old is None else table.key_of(table.typed_change(change.old))
         if change.new is None:
@@ -193,13 +233,24 @@ class _Changed:
         return combined.take(pa.array(order, pa.int64()))
 
 
-def write_chunk(path: str, table: TableShape, image: pa.Table, high_watermark: int) -> None:
-    """Create the chunk's Arrow IPC file once (StateFileExists if it exists): the table's
-    columns, ``_op`` 'snapshot', ``_lsn`` the high watermark, ``_commit_time`` null and
-    ``_unchanged`` empty, as ``TableShape.arrow_table`` shapes the changelog's rows too."""
+def write_image(
+    path: str,
+    table: TableShape,
+    image: pa.Table,
+    high_watermark: int,
+    absent: Collection[Key] = (),
+) -> None:
+    """Create an image's Arrow IPC file once (StateFileExists if it exists): the table's
+    columns, ``_op`` 'snapshot' (and 'delete' for each key ``absent``, its other columns
+    null), ``_lsn`` the high watermark, ``_commit_time`` null and ``_unchanged`` empty, as
+    ``TableShape.arrow_table`` shapes the changelog's rows too."""
     mark = ("snapshot", high_watermark, 0, None, [])
     for field, value in zip(CHANGE_FIELDS, mark, strict=True):
         image = image.append_column(field, pa.array([value] * image.num_rows, field.type))
+    if absent:
+        rows = [table.key_row(key) for key in absent]
+        deletes = table.arrow_table(rows, [("delete", high_watermark, 0, None, [])] * len(rows))
+        image = pa.concat_tables([image, deletes.cast(image.schema)])
     sink = pa.BufferOutputStream()
     with pa.ipc.new_file(sink, image.schema) as writer:
         writer.write_table(image)
@@ -226,8 +277,13 @@ class ChunkReader:
             isolation_level="REPEATABLE READ",
             pool_pre_ping=True,
         )
-        self.table = describe_table(self._engine, table)
+        self._name = table
+        self.table = self.describe()
         self._slot = slot
+
+    def describe(self) -> TableShape:
+        """The table as the catalog has it now."""
+        return describe_table(self._engine, self._name)
 
     def next_chunk(
         self,
@@ -242,70 +298,117 @@ class ChunkReader:
         if chunk_rows < 1:
             raise ValueError(f"chunk_rows = {chunk_rows!r}: expected at least 1")
         after = None if after_key is None else self.table.typed_key(after_key)
-        low, read, image = self._read(after, chunk_rows, pause)
-        pause("read")
-        high = self._high_watermark()
-        start = self._slot.confirmed_flush_lsn()
-        if start > low:
-            raise SlotError(
-                f"replication slot {self._slot.slot!r} is at {format_lsn(start)}, past the "
-                f"low watermark {format_lsn(low)} of a chunk of {self.table.name}: changes the "
-                "chunk's read missed are gone; take the snapshot before advancing the slot"
-            )
-        peeked = (decode(row.data) for row in self._slot.stream(upto_lsn=high))
-        last = None
-        if image.num_rows == chunk_rows:
-            last = self.table.keys_of(image.slice(chunk_rows - 1))[0]
-        merged, as_of = merge(
-            image, events(peeked, RelationCache()), self.table, KeyRange(after, last), high, read
+        bounds: tuple[str, list[Any]] = ("", [])
+        if after is not None:
+            casts = ", ".join(f"CAST(%s AS {c.type_name})" for c in self.table.key_columns)
+            bounds = (f"WHERE ({self._key_sql}) > ({casts}) ", self.table.json_key(after) or [])
+
+        def keys_of(read: pa.Table) -> KeyRange:
+            last = None
+            if read.num_rows == chunk_rows:
+                last = self.table.keys_of(read.slice(chunk_rows - 1))[0]
+            return KeyRange(after, last)
+
+        image, keys, low, high = self._image(*bounds, chunk_rows, keys_of, pause)
+        write_image(path, self.table, image, high)
+        last = self.table.json_key(keys.last)
+        return Chunk(after_key, last, image.num_rows, low, high, path)
+
+    def refresh(self, keys: Collection[Key], path: str) -> Refresh:
+        """The rows of ``keys`` now, merged as a chunk is and written to ``path``, the keys
+        with no row as deletes."""
+        rows = [self.table.json_key(key) or [] for key in keys]
+        casts = ", ".join(f"CAST(%s AS {c.type_name})" for c in self.table.key_columns)
+        where = f"WHERE ({self._key_sql}) IN ({', '.join([f'({casts})'] * len(rows))}) "
+        wanted = frozenset(keys)
+        image, _, _, high = self._image(
+            where, [v for row in rows for v in row], None, lambda _: wanted, _no_pause
         )
-        write_chunk(path, self.table, merged, high)
-        end = start if as_of is None else max(as_of, start)
-        return Chunk(after_key, self.table.json_key(last), merged.num_rows, low, high, end, path)
+        present = set(self.table.keys_of(image))
+        write_image(path, self.table, image, high, sorted(wanted - present))
+        return Refresh(rows, image.num_rows, high, self._slot.current_wal_lsn(), path)
 
     def close(self) -> None:
         self._engine.dispose()
 
+    @cached_property
+    def _key_sql(self) -> str:
+        return ", ".join(f"t.{column.sql}" for column in self.table.key_columns)
+
+    def _image(
+        self,
+        where: str,
+        values: list[Any],
+        limit: int | None,
+        keys_of: Callable[[pa.Table], K],
+        pause: Callable[[str], None],
+    ) -> tuple[pa.Table, K, int, int]:
+        """The rows ``where`` selects (at most ``limit``) between a low and a high watermark,
+        merged with what the read did not see for the keys ``keys_of`` the rows read: the
+        image, those keys, its low and its high watermark. Read again while a row moved in
+        is not at hand (see the module's docstring)."""
+        pause_s = _RETRY_PAUSE_S
+        for attempt in range(READ_ATTEMPTS):
+            low, read, found = self._read(where, values, limit, pause)
+            keys = keys_of(found)
+            pause("read")
+            high = self._high_watermark()
+            start = self._slot.confirmed_flush_lsn()
+            if start > low:
+                raise SlotError(
+                    f"replication slot {self._slot.slot!r} is at {format_lsn(start)}, past the "
+                    f"low watermark {format_lsn(low)} of a chunk of {self.table.name}: changes "
+                    "the chunk's read missed are gone; take the snapshot before advancing the "
+                    "slot"
+                )
+            peeked = (decode(row.data) for row in self._slot.stream(upto_lsn=high))
+            try:
+                merged = merge(found, events(peeked, RelationCache()), self.table, keys, high, read)
+            except ValueNotAtHand as missing:
+                if attempt == READ_ATTEMPTS - 1:
+                    raise ValueNotAtHand(
+                        f"{missing}, in each of {READ_ATTEMPTS} reads of an image of "
+                        f"{self.table.name}: a row keeps moving in while it is read"
+                    ) from None
+                time.sleep(pause_s)
+                pause_s *= 2
+                continue
+            return merged, keys, low, high
+        raise AssertionError("unreachable")
+
     def _read(
-        self, after: Key | None, limit: int, pause: Callable[[str], None]
+        self, where: str, values: list[Any], limit: int | None, pause: Callable[[str], None]
     ) -> tuple[int, Visibility, pa.Table]:
-        """The low watermark, then in one transaction its snapshot and the chunk's rows."""
+        """The low watermark, then in one transaction its snapshot and the rows."""
         with self._engine.connect() as connection:
             connection.execute(SESSION_SETTINGS)
             low = connection.execute(text("SELECT pg_current_wal_insert_lsn()::text")).scalar()
             connection.commit()
             pause("low")
             snapshot = connection.execute(text("SELECT pg_current_snapshot()::text")).scalar()
-            found = self._copy(connection, after, limit)
+            found = self._copy(connection, where, values, limit)
             connection.commit()
         return parse_lsn(low), Visibility.parse(snapshot), found
 
-    def _copy(self, connection: sqlalchemy.Connection, after: Key | None, limit: int) -> pa.Table:
-        """At most ``limit`` rows after the key ``after`` in key order, through ``COPY``: its
+    def _copy(
+        self, connection: sqlalchemy.Connection, where: str, values: list[Any], limit: int | None
+    ) -> pa.Table:
+        """The rows ``where`` selects in key order (at most ``limit``), through ``COPY``: its
         text comes from each type's output function, as the changelog's does (a cast to
         text differs: ``true`` for 't', ``char(n)`` without its padding)."""
         columns = self.table.columns
-        keys = ", ".join(f"t.{column.sql}" for column in self.table.key_columns)
-        where, values = "", []
-        if after is not None:
-            bounds = ", ".join(f"CAST(%s AS {c.type_name})" for c in self.table.key_columns)
-            where, values = f"WHERE ({keys}) > ({bounds}) ", self.table.json_key(after)
         query = (
             f"SELECT {', '.join(f't.{c.sql}' for c in columns)} FROM {self.table.name} t "
-            f"{where}ORDER BY {keys} LIMIT %s"
+            f"{where}ORDER BY {self._key_sql}"
         )
-        cursor = connection.connection.dbapi_connection.cursor()
-        try:
-            bound = cursor.mogrify(query, [*values, limit]).decode()
-            buffer = io.BytesIO()
-            cursor.copy_expert(f"COPY ({bound}) TO STDOUT WITH (FORMAT csv)", buffer)
-        finally:
-            cursor.close()
+        if limit is not None:
+            query, values = f"{query} LIMIT %s", [*values, limit]
+        buffer = copy_out(connection, query, values)
         names = [f"c{i}" for i in range(len(columns))]
-        if not buffer.getvalue():
+        if not buffer:
             return self.table.typed_table(pa.table({n: pa.array([], pa.string()) for n in names}))
         found = pa_csv.read_csv(
-            io.BytesIO(buffer.getvalue()),
+            io.BytesIO(buffer),
             read_options=pa_csv.ReadOptions(column_names=names),
             parse_options=pa_csv.ParseOptions(newlines_in_values=True),
             convert_options=pa_csv.ConvertOptions(
@@ -319,7 +422,7 @@ class ChunkReader:
 
     def _high_watermark(self) -> int:
         with self._engine.begin() as connection:
-            connection.execute(text("SET LOCAL synchronous_commit = on"))
+            connection.execute(text("SET LOCAL synchronous_commit = local"))
             return parse_lsn(
                 connection.execute(
                     text("SELECT pg_logical_emit_message(true, :prefix, 'high watermark')::text"),

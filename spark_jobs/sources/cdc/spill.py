@@ -40,6 +40,10 @@ class OpenTransaction:
         if len(self._rows) >= self._memory_rows:
             self._spill()
 
+    def skip(self) -> None:
+        """A row of the transaction left out: the rows after it keep their places."""
+        self._place += 1
+
     def close(self, end_lsn: int, pieces: Pieces) -> Iterator[pa.RecordBatch]:
         """Hand the transaction's rows to ``pieces`` with ``_lsn`` = ``end_lsn`` (the pieces
         they fill come out); then start afresh for the next transaction."""

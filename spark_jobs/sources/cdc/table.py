@@ -40,7 +40,7 @@ from sqlalchemy import text
 
 from spark_jobs.backlog.secrets import redact_text
 from spark_jobs.sources.cdc.changes import ChangeStreamError
-from spark_jobs.sources.cdc.messages import UNCHANGED, Value
+from spark_jobs.sources.cdc.messages import UNCHANGED, Relation, Value
 from spark_jobs.sources.cdc.values import (
     KEY_READERS,
     READERS,
@@ -149,6 +149,21 @@ CHANGE_FIELDS = (
 ChangeMark = tuple[str, int, int, datetime | None, list[str]]
 
 
+START_OVER = (
+    "start over with a new checkpoint (drop the replication slot and copy the table afresh)"
+)
+_IDENTITIES = {"d": "DEFAULT", "f": "FULL", "n": "NOTHING", "i": "USING INDEX"}
+
+
+class TableChangedError(ChangeStreamError):
+    """The table was truncated or its shape changed while its changes were read."""
+
+
+class ValueNotAtHand(ChangeStreamError):
+    """An update left a value unsent (TOASTed, unchanged) and moved the row from a key whose
+    row is not at hand: the row must be read from the table again."""
+
+
 class TableError(ValueError):
     """A table the source cannot copy; the message names it, what is wrong and what is
     allowed."""
@@ -169,6 +184,8 @@ class TableColumn:
     #: The built-in type a target on another server gets where it lacks ``type_name`` (an
     #: enum's or a domain's): the domain's base type, text for an enum, arrays alike.
     portable_type: str | None = None
+    #: ``atttypmod``: a length, precision or scale (-1: none), which changes alone narrow.
+    type_modifier: int = -1
 
     @property
     def kind(self) -> ColumnType:
@@ -184,6 +201,72 @@ class TableShape:
     columns: tuple[TableColumn, ...]
     #: The primary key's column names, in the key's order.
     key: tuple[str, ...]
+    #: ``relreplident``: 'd' (the primary key) or 'f' (the whole row).
+    replica_identity: str = "d"
+
+    def signature(self) -> dict[str, Any]:
+        """What the copy relies on, as JSON: kept at the first start and compared at every
+        plan, so a change made while the job ran, or while it was stopped, fails by name."""
+        return {
+            "table": self.name,
+            "oid": self.oid,
+            "columns": [[c.name, c.type_name, c.type_modifier] for c in self.columns],
+            "key": list(self.key),
+            "replica_identity": self.replica_identity,
+        }
+
+    def check_unchanged(self, kept: Mapping[str, Any]) -> None:
+        """Refuse the table if it is no longer what it was when the copy began (``kept``, a
+        ``signature``): dropped and created again, other columns, types or type modifiers,
+        another key or replica identity. Its chunks and changes would not fit the copy."""
+        now = self.signature()
+        if now == kept:
+            return
+        names = {
+            "oid": "its OID (the table dropped and created again?) is",
+            "columns": "its columns (name, type, type modifier) are",
+            "key": "its primary key is",
+            "replica_identity": "its replica identity is",
+        }
+        changed = [
+            f"{names.get(field, field)} {now.get(field)!r}, not {kept.get(field)!r}"
+            for field in (*names, *sorted(set(now) | set(kept) - set(names)))
+            if now.get(field) != kept.get(field)
+        ]
+        raise TableChangedError(
+            f"table {self.name} changed since the copy began: {'; '.join(changed)}; {START_OVER}"
+        )
+
+    def check_relation(self, relation: Relation, at: str) -> None:
+        """Refuse a change decoded with another shape than the one described: other columns
+        or types, type modifiers (a narrowed ``varchar(n)``, a numeric's scale), other key
+        columns (a new primary key), another replica identity. Its rows would not fit the
+        copy's, or an update would not name the row it changes."""
+        found = [(c.name, c.type_oid, c.type_modifier, c.is_key) for c in relation.columns]
+        identity = self.replica_identity
+        expected = [
+            (c.name, c.type_oid, c.type_modifier, identity == "f" or c.name in self.key)
+            for c in self.columns
+        ]
+        if found == expected and relation.replica_identity == identity:
+            return
+        if relation.replica_identity != identity:
+            what = (
+                f"its replica identity is {_IDENTITIES.get(relation.replica_identity, '?')}, "
+                f"not {_IDENTITIES[identity]}"
+            )
+        elif [f[:3] for f in found] != [e[:3] for e in expected]:
+            what = (
+                f"its columns (name, type OID, type modifier) are {[f[:3] for f in found]}, "
+                f"not {[e[:3] for e in expected]}"
+            )
+        else:
+            keys = [f[0] for f in found if f[3]]
+            what = f"its key columns are {keys}, not {[e[0] for e in expected if e[3]]}"
+        raise TableChangedError(
+            f"table {self.name} changed {at}: {what} as described when the copy began, so "
+            f"its changes no longer fit the copy: {START_OVER}"
+        )
 
     @property
     def key_columns(self) -> tuple[TableColumn, ...]:
@@ -204,6 +287,11 @@ class TableShape:
 
     def key_of(self, row: Mapping[str, Any]) -> Key:
         return tuple(row[name] for name in self.key)
+
+    def key_row(self, key: Key) -> Row:
+        """A row of ``key``, every other column null: what a delete carries."""
+        values = dict(zip(self.key, key, strict=True))
+        return {c.name: values.get(c.name) for c in self.columns}
 
     def json_key(self, key: Key | None) -> list[Any] | None:
         """A key for JSON: ints as they are, other values as text PostgreSQL reads back (a
@@ -293,12 +381,10 @@ class TableShape:
             value = new[column.name]
             if value is UNCHANGED:
                 if before is None:
-                    raise ChangeStreamError(
-                        f"an update of {self.name} key {list(self.key_of(new))} left "
-                        f"{column.name!r} (a TOASTed value) unchanged, but no earlier image "
-                        "of the row is at hand: it moved the row from a key outside the "
-                        "snapshot chunk being read. Set REPLICA IDENTITY FULL on the table, "
-                        "so an update carries the old row whole, and start over"
+                    raise ValueNotAtHand(
+                        f"an update of {self.name} moved a row to key "
+                        f"{list(self.key_of(new))} and left {column.name!r} (a TOASTed "
+                        "value) unchanged, from a key whose row is not at hand"
                     )
                 value = before[column.name]
             row[column.name] = value
@@ -339,12 +425,14 @@ def _values(array: pa.ChunkedArray, column: TableColumn, key: bool) -> list[Any]
 _RELATION = text(
     "SELECT c.oid, c.relkind, quote_ident(n.nspname) || '.' || quote_ident(c.relname) AS name, "
     "c.relreplident, (SELECT i.indexrelid::regclass::text FROM pg_index i "
-    "  WHERE i.indrelid = c.oid AND i.indisreplident AND NOT i.indisprimary) AS other_index "
+    "  WHERE i.indrelid = c.oid AND i.indisreplident AND NOT i.indisprimary) AS other_index, "
+    "(SELECT con.conname FROM pg_constraint con WHERE con.conrelid = c.oid "
+    "  AND con.contype = 'p' AND con.condeferrable) AS deferrable_key "
     "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
     "WHERE c.oid = to_regclass(:name)"
 )
 _COLUMNS = text(
-    "SELECT attname, quote_ident(attname) AS sql, atttypid, "
+    "SELECT attname, quote_ident(attname) AS sql, atttypid, atttypmod, "
     "format_type(atttypid, atttypmod) AS type_name FROM pg_attribute "
     "WHERE attrelid = :oid AND attnum > 0 AND NOT attisdropped ORDER BY attnum"
 )
@@ -402,10 +490,19 @@ def describe_table(engine: sqlalchemy.Engine, table: str) -> TableShape:
             f"table {found.name} has REPLICA IDENTITY {identity}: its updates and deletes would "
             "not name the primary key of the row they change; use REPLICA IDENTITY DEFAULT"
         )
+    if found.deferrable_key is not None:
+        raise TableError(
+            f"table {found.name}: its primary key {found.deferrable_key} "
+            f"({', '.join(k.attname for k in key)}) is DEFERRABLE, which PostgreSQL does not "
+            "take as a replica identity: once the table is published, every UPDATE and DELETE "
+            "of it fails, and within a transaction two rows may share a key. Make the key NOT "
+            "DEFERRABLE (ALTER TABLE ... ALTER CONSTRAINT cannot: drop and add it again)"
+        )
     described = tuple(_described(found.name, c, types) for c in columns)
     for column in key:
         _check_key_column(found.name, column, _without_domains(column.atttypid, types))
-    return TableShape(found.oid, found.name, described, tuple(column.attname for column in key))
+    key_names = tuple(column.attname for column in key)
+    return TableShape(found.oid, found.name, described, key_names, found.relreplident)
 
 
 def _described(table: str, column: sqlalchemy.Row, types: Mapping[int, Any]) -> TableColumn:
@@ -423,6 +520,7 @@ def _described(table: str, column: sqlalchemy.Row, types: Mapping[int, Any]) -> 
         column.type_name,
         None if base == column.atttypid else base,
         None if column.atttypid < _FIRST_USER_OID else _portable(column.atttypid, types),
+        column.atttypmod,
     )
 
 

@@ -6,12 +6,12 @@ import pyarrow as pa
 import pytest
 from sqlalchemy import text
 
-from spark_jobs.sources.cdc.changelog import Changelog, TableChangedError
+from spark_jobs.sources.cdc.changelog import Changelog
 from spark_jobs.sources.cdc.changes import ChangeStreamError, RelationCache
 from spark_jobs.sources.cdc.pgoutput import decode
-from spark_jobs.sources.cdc.slot import SlotError
+from spark_jobs.sources.cdc.slot import ReplicationSlot, SlotError
 from spark_jobs.sources.cdc.snapshot import ChunkReader, read_chunk
-from spark_jobs.sources.cdc.table import describe_table
+from spark_jobs.sources.cdc.table import TableChangedError, describe_table
 from tests.spark_jobs.sources.cdc.conftest import BIG, transactions
 
 
@@ -211,7 +211,9 @@ def test_a_truncate_stops_the_changelog_by_name(changelog, slot, table, database
     before = changelog.plan(start, max_changes=1)
     assert read_all(changelog, start, before).num_rows == 1
 
-    with pytest.raises(TableChangedError, match=rf"table public\.{table} was truncated .*snapshot"):
+    with pytest.raises(
+        TableChangedError, match=rf"table public\.{table} was truncated .*start over"
+    ):
         read_all(changelog, before, changelog.plan(before))
 
 
@@ -227,6 +229,65 @@ def test_a_column_added_stops_the_changelog_at_the_first_change_after(
     write(database, f"INSERT INTO {table} VALUES (2, 'b', NULL, 7)")
     with pytest.raises(TableChangedError, match=rf"table public\.{table} changed .*'extra'"):
         read_all(changelog, quiet, changelog.plan(quiet))
+
+
+@pytest.mark.parametrize(
+    ("ddl", "named"),
+    [
+        # A new primary key: an update of the old key would carry no old key at all.
+        (
+            "ALTER TABLE {t} DROP CONSTRAINT {t}_pkey, ADD PRIMARY KEY (name)",
+            r"its key columns are \['name'\], not \['id'\]",
+        ),
+        (
+            "CREATE UNIQUE INDEX {t}_name ON {t} (name); "
+            "ALTER TABLE {t} ALTER COLUMN name SET NOT NULL, REPLICA IDENTITY USING INDEX {t}_name",
+            "its replica identity is USING INDEX, not DEFAULT",
+        ),
+        ("ALTER TABLE {t} REPLICA IDENTITY FULL", "its replica identity is FULL, not DEFAULT"),
+    ],
+)
+def test_a_new_key_or_replica_identity_stops_the_changelog(
+    changelog, slot, table, database, ddl, named
+):
+    start = slot.confirmed_flush_lsn()
+    write(database, f"INSERT INTO {table} VALUES (1, 'a', NULL)")
+    write(database, *ddl.format(t=table).split("; "))
+    write(database, f"UPDATE {table} SET name = 'b' WHERE id = 1")
+    with pytest.raises(TableChangedError, match=rf"table public\.{table} changed .*{named}"):
+        read_all(changelog, start, changelog.plan(start))
+
+
+@pytest.mark.parametrize(
+    ("ddl", "named"),
+    [
+        (
+            "ALTER COLUMN code TYPE varchar(10)",
+            r"\('code', 1043, 14\), \('amount', 1700, 655366\)\]",
+        ),
+        ("ALTER COLUMN amount TYPE numeric(10, 1)", r"\('amount', 1700, 655365\)\], not"),
+    ],
+)
+def test_a_type_narrowed_stops_the_changelog(logical_server, database, ddl, named):
+    """The copy would keep values the source no longer can: a ``varchar(n)`` shortened, a
+    numeric's scale cut (its type OID stays)."""
+    name = f"amounts_{'code' if 'code' in ddl else 'amount'}"
+    write(
+        database,
+        f"CREATE TABLE {name} (id int PRIMARY KEY, code varchar(20), amount numeric(10, 2))",
+    )
+    slot = ReplicationSlot(logical_server.url, f"slot_{name}", f"pub_{name}", name)
+    slot.ensure()
+    try:
+        changelog = Changelog(slot, describe_table(database, name))
+        start = slot.confirmed_flush_lsn()
+        write(database, f"ALTER TABLE {name} {ddl}")
+        write(database, f"INSERT INTO {name} VALUES (1, 'c', 1.5)")
+        with pytest.raises(TableChangedError, match=named):
+            read_all(changelog, start, changelog.plan(start))
+    finally:
+        slot.drop()
+        slot.close()
 
 
 def test_behind_counts_the_wal_written_after_an_end(changelog, slot, table, database):

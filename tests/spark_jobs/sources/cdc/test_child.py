@@ -1,5 +1,6 @@
 """The postgres-cdc child through the hybrid source's reader, against a real PostgreSQL."""
 
+import contextlib
 import json
 import pickle
 import threading
@@ -24,6 +25,7 @@ from spark_jobs.sources.cdc.child import (
 )
 from spark_jobs.sources.cdc.lsn import format_lsn, parse_lsn
 from spark_jobs.sources.cdc.slot import ReplicationSlot, SlotError
+from spark_jobs.sources.cdc.table import TableChangedError
 from spark_jobs.sources.children import ChildSpecError
 from spark_jobs.sources.hybrid import HybridStreamReader
 from spark_jobs.sources.postgres_cdc import PostgresCdcDataSource
@@ -416,6 +418,67 @@ def test_the_publication_is_checked_at_every_start(make_reader, database, filled
     restarted = make_reader()
     with pytest.raises(SlotError, match=r"does not publish delete, truncate"):
         restarted.latestOffset(end, ReadAllAvailable())
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ("ALTER PUBLICATION {p} SET (publish = 'insert')", "does not publish update, delete"),
+        ("ALTER PUBLICATION {p} DROP TABLE {t}", "does not publish table"),
+        # Undone at once: the changes in between were never decoded all the same.
+        ("ALTER PUBLICATION {p} DROP TABLE {t}; ALTER PUBLICATION {p} ADD TABLE {t}",
+         "changed since the copy began .*may not have been decoded"),
+        ("ALTER PUBLICATION {p} SET (publish = 'insert'); "
+         "ALTER PUBLICATION {p} SET (publish = 'insert, update, delete, truncate')",
+         "changed since the copy began"),
+    ],
+)  # fmt: skip
+def test_a_publication_changed_while_the_job_runs_fails_the_next_plan_and_every_restart(
+    make_reader, database, filled, change, named
+):
+    """Its changes stop arriving without an error, and heartbeats would move the slot on:
+    the plan after the change fails by name, before its batch is logged, and so does every
+    restart, the publication mended or not."""
+    reader = make_reader(heartbeatInterval="0.1s")
+    end = live(reader)
+    reader.commit(end)
+    publication = reader.children[0].publication
+    for statement in change.format(p=publication, t=filled).split("; "):
+        write(database, statement)
+    write(database, f"UPDATE {filled} SET name = 'lost' WHERE id = 1")
+    slot_before = slot_of(reader).confirmed_flush_lsn()
+    with pytest.raises(SlotError, match=named):
+        reader.latestOffset(end, ReadAllAvailable())
+    assert slot_of(reader).confirmed_flush_lsn() == slot_before
+    write(
+        database,
+        f"ALTER PUBLICATION {publication} SET (publish = 'insert, update, delete, truncate')",
+    )
+    with contextlib.suppress(Exception):
+        write(database, f"ALTER PUBLICATION {publication} ADD TABLE {filled}")
+    with pytest.raises(SlotError, match="changed since the copy began"):
+        make_reader().latestOffset(end, ReadAllAvailable())
+
+
+@pytest.mark.parametrize(
+    ("ddl", "named"),
+    [
+        # Under FULL no change names the key: only the catalog says it is another one.
+        ("ALTER TABLE {t} REPLICA IDENTITY FULL; "
+         "ALTER TABLE {t} DROP CONSTRAINT {t}_pkey, ADD PRIMARY KEY (name)",
+         r"its primary key is \['name'\], not \['id'\]"),
+        ("ALTER TABLE {t} ALTER COLUMN name TYPE varchar(5)", "its columns"),
+        ("ALTER TABLE {t} REPLICA IDENTITY FULL", "its replica identity is 'f', not 'd'"),
+    ],
+)  # fmt: skip
+def test_a_table_changed_while_the_job_runs_fails_the_next_plan_before_any_change_of_it(
+    make_reader, database, filled, ddl, named
+):
+    reader = make_reader()
+    end = live(reader)
+    write(database, *ddl.format(t=filled).split("; "))
+    with pytest.raises(TableChangedError, match=rf"table public\.{filled} changed since .*{named}"):
+        reader.latestOffset(end, ReadAllAvailable())
 
 
 @pytest.fixture

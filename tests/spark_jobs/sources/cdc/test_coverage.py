@@ -67,3 +67,23 @@ def test_chunks_out_of_shape_are_refused(chunks, message):
 def test_high_watermarks_that_match_no_count_of_chunks_are_refused():
     with pytest.raises(ValueError, match="1 last keys need 1 high watermarks"):
         SnapshotCoverage(((1,),), (1, 2, 3))
+
+
+def test_a_refreshed_key_s_changes_up_to_the_refresh_are_in_its_image_and_no_other_key_s():
+    refreshed = SnapshotCoverage.of(
+        [((10,), 100), ((20,), 300), (None, 200)], [([(5,), (15,)], 400), ([(5,)], 500)]
+    )
+    assert refreshed.has((5,), 499) and not refreshed.has((5,), 500)
+    assert refreshed.has((15,), 399) and not refreshed.has((15,), 400)
+    assert not refreshed.has((6,), 100) and refreshed.has((6,), 99)
+    assert refreshed.until == 500
+
+
+def test_a_refresh_older_than_its_chunk_changes_nothing():
+    coverage = SnapshotCoverage.of([((10,), 100), (None, 300)], [([(15,)], 200)])
+    assert coverage.has((15,), 250) and not coverage.has((15,), 300)
+    assert coverage.until == 300
+
+
+def test_while_the_snapshot_runs_refreshes_make_no_until():
+    assert SnapshotCoverage.of([((10,), 100)], [([(5,)], 200)]).until is None

@@ -402,11 +402,23 @@ def test_the_summary_counts_changes_per_transaction_on_the_server(slot, table, d
     write(database, f"DELETE FROM {table} WHERE id = 0")
     first, second, third = (t.end_lsn for t in read(slot))
     assert slot.summary(start, None, None).end == third
-    assert slot.summary(start, 5, None) == BatchSummary(len(slot.peek()), second, 5, 1)
+    assert slot.summary(start, 5, None) == BatchSummary(len(slot.peek()), second, 5, 0, 1)
     # The first transaction always fits, however large.
     assert slot.summary(start, 1, None).end == first
-    assert slot.summary(second, 1, None) == BatchSummary(len(slot.peek()), third, 1, 0)
+    assert slot.summary(second, 1, None) == BatchSummary(len(slot.peek()), third, 1, 0, 0)
     assert slot.summary(third, None, None).end is None
+
+
+def test_the_summary_counts_the_updates_that_move_rows_to_new_keys(slot, table, database):
+    start = slot.confirmed_flush_lsn()
+    write(database, *(f"INSERT INTO {table} VALUES ({i}, 'n', NULL)" for i in range(3)))
+    moves, names = f"UPDATE {table} SET id = id + 10 WHERE id < 2", f"UPDATE {table} SET name = 'm'"
+    write(database, moves, names)
+    first = next(t.end_lsn for t in read(slot))
+    assert slot.summary(start, None, None).moves == 2
+    assert slot.summary(start, None, None).changes == 3 + 2 + 3
+    assert slot.summary(first, None, None).moves == 2
+    assert slot.summary(start, 3, None).moves == 0
 
 
 def test_a_heartbeat_is_a_position_of_its_own_and_another_slots_is_not(

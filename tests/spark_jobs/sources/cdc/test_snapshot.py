@@ -9,15 +9,14 @@ import pyarrow as pa
 import pytest
 from sqlalchemy import text
 
-from spark_jobs.sources.cdc.changes import RelationCache, RowChange
+from spark_jobs.sources.cdc.changes import RowChange
 from spark_jobs.sources.cdc.messages import UNCHANGED, Column, Relation, Truncate
-from spark_jobs.sources.cdc.pgoutput import decode
 from spark_jobs.sources.cdc.slot import ReplicationSlot, SlotError
 from spark_jobs.sources.cdc.snapshot import ChunkReader, KeyRange, Visibility, merge, read_chunk
-from spark_jobs.sources.cdc.table import TableColumn, TableShape
+from spark_jobs.sources.cdc.table import TableColumn, TableShape, ValueNotAtHand
 from spark_jobs.sources.cdc.values import postgres_text
 from spark_jobs.sources.storage import StateFileExists
-from tests.spark_jobs.sources.cdc.conftest import Transaction, as_events, transactions
+from tests.spark_jobs.sources.cdc.conftest import Transaction, as_events
 
 T = datetime(2026, 11, 25, tzinfo=UTC)
 SHAPE = TableShape(
@@ -60,7 +59,7 @@ def rows_of(image: pa.Table, shape: TableShape = SHAPE) -> list[dict]:
 
 
 def merged(*found: Transaction, keys: KeyRange = FIRST, high: int = 0x1000) -> list:
-    image, _ = merge(image_of(ROWS), as_events(*found), SHAPE, keys, high, READ)
+    image = merge(image_of(ROWS), as_events(*found), SHAPE, keys, high, READ)
     return [(r["id"], r["name"]) for r in rows_of(image)]
 
 
@@ -100,9 +99,7 @@ def test_a_transaction_across_two_chunks_changes_each_in_its_own_range():
         (99, [(11, "k"), (15, "o")]),
         (0x200, [(11, "k"), (12, "l"), (15, "O")]),
     ]:
-        image, _ = merge(
-            image_of(second), as_events(both), SHAPE, KeyRange((10,), None), high, READ
-        )
+        image = merge(image_of(second), as_events(both), SHAPE, KeyRange((10,), None), high, READ)
         assert [(r["id"], r["name"]) for r in rows_of(image)] == expected
 
 
@@ -111,12 +108,9 @@ def test_only_transactions_the_read_missed_that_end_by_the_high_watermark_apply(
     late = tx(update(5, "late"), xid=101, end=0x1001)
     missed = tx(update(9, "missed"), xid=90)
     running = Visibility(100, frozenset({90}))
-    image, as_of = merge(
-        image_of(ROWS), as_events(missed, seen, late), SHAPE, FIRST, 0x1000, running
-    )
+    image = merge(image_of(ROWS), as_events(missed, seen, late), SHAPE, FIRST, 0x1000, running)
     assert image.column("name").to_pylist() == ["b", "e", "missed"]
     # Seen or applied, every transaction that ends by the high watermark is in the image.
-    assert as_of == 0x200
 
 
 def test_later_transactions_win_and_a_truncate_empties_the_chunk():
@@ -131,7 +125,8 @@ def test_a_value_an_update_left_unchanged_is_kept_from_the_image():
         (3, "i"),
         (5, "e"),
     ]
-    with pytest.raises(ValueError, match=r"key \[4\] left 'name' .*REPLICA IDENTITY FULL"):
+    # Moved in from a key outside the chunk: the value is not at hand, the read is retried.
+    with pytest.raises(ValueNotAtHand, match=r"to key \[4\] and left 'name'"):
         merged(tx(update(4, UNCHANGED, old_key=40)))
 
 
@@ -151,7 +146,7 @@ def test_a_composite_key_range_compares_whole_keys():
         )
     )
     keys = KeyRange((1, "m"), (2, "c"))
-    image, _ = merge(image_of(rows, shape), as_events(inserts), shape, keys, 0x1000, READ)
+    image = merge(image_of(rows, shape), as_events(inserts), shape, keys, 0x1000, READ)
     assert [(r["a"], r["b"]) for r in rows_of(image, shape)] == [
         (1, "m"),
         (1, "z"),
@@ -326,21 +321,7 @@ def test_writes_during_the_read_are_merged_into_the_chunk(reader, table, databas
     assert set(image.column("_lsn").to_pylist()) == {chunk.high_watermark}
     assert image.column("_commit_time").null_count == len(expected)
     assert set(map(tuple, image.column("_unchanged").to_pylist())) == {()}
-    assert chunk.low_watermark < chunk.as_of <= chunk.high_watermark
-
-
-def test_as_of_is_a_commit_end_the_slot_may_be_advanced_to(reader, slot, table, database, tmp_path):
-    def write_during(step: str) -> None:
-        write(database, f"UPDATE {table} SET version = version + 1 WHERE id = 2")
-
-    chunk = reader.next_chunk(None, 10, str(tmp_path / "c.arrow"), write_during)
-
-    found = transactions((decode(r.data) for r in slot.peek()), RelationCache())
-    assert [t.end_lsn for t in found if t.changes][-1] == chunk.as_of
-    assert slot.advance(chunk.as_of) == chunk.as_of
-    # What is left is the high watermark's own transaction: a position, no change.
-    (left,) = transactions((decode(r.data) for r in slot.peek()), RelationCache())
-    assert left.changes == () and left.end_lsn > chunk.high_watermark
+    assert chunk.low_watermark < chunk.high_watermark
 
 
 def test_a_chunk_file_is_written_once_and_reads_the_same_twice(reader, tmp_path):
@@ -372,6 +353,28 @@ def test_a_slot_advanced_past_the_low_watermark_is_refused(reader, slot, table, 
     with pytest.raises(SlotError, match=r"past the low watermark .* of a chunk of public\.items"):
         reader.next_chunk(None, 10, str(tmp_path / "c.arrow"), advance_meanwhile)
     assert not (tmp_path / "c.arrow").exists()
+
+
+def test_a_row_moved_in_from_outside_with_its_toasted_value_unsent_is_read_again(
+    reader, table, database, tmp_path
+):
+    """Moved from key 4000 (another chunk's) to 401 after the read, before the high
+    watermark: the update sends no ``note``, and row 4000 is not in the image. A second read
+    sees the row whole."""
+    write(
+        database,
+        f"ALTER TABLE {table} ALTER COLUMN note SET STORAGE EXTERNAL",
+        f"UPDATE {table} SET note = repeat('x', 5000) || id WHERE id = 4000",
+    )
+    moves = iter([f"UPDATE {table} SET id = 401, version = 2 WHERE id = 4000"])
+
+    def move_once(step: str) -> None:
+        if step == "read" and (statement := next(moves, None)):
+            write(database, statement)
+
+    chunk = reader.next_chunk(None, 1000, str(tmp_path / "c.arrow"), move_once)
+    moved = [row for row in read_chunk(chunk.path).to_pylist() if row["id"] == 401]
+    assert [(r["version"], r["note"]) for r in moved] == [(2, "x" * 5000 + "4000")]
 
 
 def test_a_commit_written_before_the_low_watermark_but_not_yet_visible_is_merged(
@@ -487,7 +490,7 @@ def test_a_chunk_of_every_kind_of_value_keeps_the_values_the_changes_left_unchan
         values = [key, "2024-02-29", None, None, "1"]
         return RowChange("insert", ledger, dict(zip(names, values, strict=True)))
 
-    merged, _ = merge(
+    merged = merge(
         image, as_events(tx(update("10"), insert("11"), insert("9.75"))), shape,
         KeyRange(None, None), 0x1000, READ,
     )  # fmt: skip
