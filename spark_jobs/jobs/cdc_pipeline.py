@@ -33,6 +33,7 @@ from collections.abc import Sequence
 
 from pyspark.sql import DataFrame, SparkSession
 
+from spark_jobs.backlog.table_names import TableNameError, split_table_name
 from spark_jobs.backlog.values import count_argument, duration_argument
 from spark_jobs.coordinator.runtime import BacklogRuntime
 from spark_jobs.jobs.cli import (
@@ -104,6 +105,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     for flag in ("target_table", "start_over"):
         if getattr(args, flag) and args.target is None:
             parser.error(f"--{flag.replace('_', '-')} needs --target")
+    for flag in ("table", "target_table"):
+        try:
+            split_table_name(getattr(args, flag) or "table")
+        except TableNameError as error:
+            parser.error(f"--{flag.replace('_', '-')}: {error}")
     check_run_arguments(parser, args)
     return args
 
@@ -158,7 +164,7 @@ def drop_slot(args: argparse.Namespace) -> str:
 def target_of(args: argparse.Namespace, shape: TableShape | None = None) -> MergeTarget:
     return MergeTarget(
         with_password(args.target, os.environ.get(TARGET_PASSWORD_ENV)),
-        args.target_table or args.table.split(".")[-1],
+        args.target_table or split_table_name(args.table)[-1],
         shape or check_source(args),
         args.target_outage_timeout,
     )

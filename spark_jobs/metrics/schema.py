@@ -364,12 +364,13 @@ def _sqlite_pragmas(dbapi_connection: object, _record: object) -> None:
 def installed_postgres_driver(url: sqlalchemy.URL) -> sqlalchemy.URL:
     """Pick an installed driver for a plain ``postgresql://`` URL.
 
-    SQLAlchemy 2.1 made psycopg 3 the default, 2.0 used psycopg2; the Spark extra installs
-    psycopg2, so a URL that names no driver should work with either.
+    SQLAlchemy 2.1 made psycopg 3 the default, 2.0 used psycopg2. Both work; psycopg2 is
+    what the Spark extra installs, so where both are installed a plain URL means it on
+    every machine alike, and ``postgresql+psycopg://`` asks for psycopg 3.
     """
     if url.drivername != "postgresql":
         return url
-    for driver in ("psycopg", "psycopg2"):
+    for driver in ("psycopg2", "psycopg"):
         if importlib.util.find_spec(driver) is not None:
             return url.set(drivername=f"postgresql+{driver}")
     return url

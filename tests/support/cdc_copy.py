@@ -11,6 +11,7 @@ from typing import Any
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
+from spark_jobs.backlog.table_names import split_table_name
 from spark_jobs.jobs.merge.target import MergeTarget
 from spark_jobs.sources.cdc.child import PostgresCdcChild, change_schema, describe, teardown
 from spark_jobs.sources.hybrid import HybridStreamReader
@@ -37,7 +38,8 @@ class CdcCopy:
         spec |= {"chunkRows": chunk_rows, **fields}
         self.options = {"sources": json.dumps([spec]), "stateLocation": str(state)}
         self.shape = describe("cdc", source_url, table)
-        self.target_table = f"copy_of_{table.split('.')[-1]}"
+        copied = f"copy_of_{split_table_name(table)[-1]}"
+        self.target_table = '"' + copied.replace('"', '""') + '"'  # as --target-table takes it
         self.target = MergeTarget(target_url, self.target_table, self.shape, 10.0)
         self.batches = MicroBatches(self._reader, self._merge)
 

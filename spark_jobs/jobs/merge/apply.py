@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import sqlalchemy
 
+from spark_jobs.backlog.table_names import qualified
 from spark_jobs.jobs.merge.staging import STAGE, Layout
 
 _ORDERED = "backlog_ordered"
@@ -32,9 +33,10 @@ class Statements:
         self.connection, self.layout = connection, layout
         self.postgres = connection.dialect.name == "postgresql"
         quote = connection.dialect.identifier_preparer.quote
-        self.table = ".".join(quote(part) for part in table.split("."))
+        self.table = qualified(table, quote)
         self.keys = [quote(c.name) for c in layout.keys]
         self.values = [quote(c.name) for c in layout.values]
+        self.position = quote(layout.position)
 
     def run(self, sql: str) -> sqlalchemy.CursorResult:
         return self.connection.exec_driver_sql(sql)
@@ -116,7 +118,8 @@ def _write(sql: Statements, source: str, known: Callable[[int], str]) -> None:
         for i, column in enumerate(sql.values)
     ]
     sql.run(
-        f"UPDATE {table} SET {', '.join([*updates, '_lsn = src._lsn'])} FROM {source} src "
+        f"UPDATE {table} SET {', '.join([*updates, f'{sql.position} = src._lsn'])} "
+        f"FROM {source} src "
         f"WHERE src._op <> 'delete' AND {same}"
     )
     new = f"src._op <> 'delete' AND NOT EXISTS (SELECT 1 FROM {table} WHERE {same})"
@@ -136,6 +139,6 @@ def _write(sql: Statements, source: str, known: Callable[[int], str]) -> None:
     values = [sql.typed(f"src.k{i}", i, True) for i in range(len(sql.keys))]
     values += [sql.typed(f"src.v{i}", i, False) for i in range(len(sql.values))]
     sql.run(
-        f"INSERT INTO {table} ({', '.join([*sql.keys, *sql.values, '_lsn'])}) "
+        f"INSERT INTO {table} ({', '.join([*sql.keys, *sql.values, sql.position])}) "
         f"SELECT {', '.join([*values, 'src._lsn'])} FROM {source} src WHERE {new}"
     )

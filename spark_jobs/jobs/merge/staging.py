@@ -42,12 +42,25 @@ class Layout:
     keys: tuple[TableColumn, ...]
     values: tuple[TableColumn, ...]
     types: Mapping[str, str]
+    #: The change rows' columns for op, lsn, seq and unchanged (``TableShape.change_fields``);
+    #: the target's column of the position its rows reflect is named as the lsn one.
+    changes: tuple[str, str, str, str]
 
     @classmethod
     def of(cls, shape: TableShape, types: Mapping[str, str] | None = None) -> Layout:
         values = tuple(c for c in shape.columns if c.name not in shape.key)
         own = {c.name: c.type_name for c in shape.columns}
-        return cls(shape.key_columns, values, own if types is None else types)
+        op, lsn, seq, unchanged = (
+            shape.change_column(w) for w in ("op", "lsn", "seq", "unchanged")
+        )
+        return cls(
+            shape.key_columns, values, own if types is None else types, (op, lsn, seq, unchanged)
+        )
+
+    @property
+    def position(self) -> str:
+        """The target's column of the position (a commit's end) each row reflects."""
+        return self.changes[1]
 
     @property
     def key_names(self) -> list[str]:
@@ -98,7 +111,7 @@ def stage(
         unchanged = unchanged or any(flag.any() for flag in flags)
         own = [piece.column(c.name) for c in (*layout.keys, *layout.values)]
         kinds = [c.kind.oid for c in (*layout.keys, *layout.values)]
-        changes = [piece.column("_op"), piece.column("_lsn"), piece.column("_seq")]
+        changes = [piece.column(name) for name in layout.changes[:3]]
         if postgres:
             texts = [postgres_text(a, kind) for a, kind in zip(own, kinds, strict=True)]
             _copy(connection, layout, [*texts, *map(pa.array, flags), *changes])
@@ -116,7 +129,7 @@ def stage(
 
 def unchanged_flags(piece: pa.RecordBatch, layout: Layout) -> list[np.ndarray]:
     """Per non-key column, whether each row's ``_unchanged`` names it (as int8 0/1)."""
-    listed = piece.column("_unchanged")
+    listed = piece.column(layout.changes[3])
     flat = pc.list_flatten(listed).to_numpy(zero_copy_only=False)
     rows = pc.list_parent_indices(listed).to_numpy()
     flags = []

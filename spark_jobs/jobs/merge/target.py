@@ -22,6 +22,7 @@ import sqlalchemy
 
 from spark_jobs.backlog.outage import Outage
 from spark_jobs.backlog.secrets import redact_text
+from spark_jobs.backlog.table_names import qualified
 from spark_jobs.backlog.values import format_duration
 from spark_jobs.jobs.merge.apply import apply
 from spark_jobs.jobs.merge.record import (
@@ -134,7 +135,8 @@ class MergeTarget:
             key = ", ".join(quote(name) for name in self.shape.key)
             connection.exec_driver_sql(
                 f"CREATE TABLE IF NOT EXISTS {self._quoted(connection)} "
-                f"({', '.join(columns)}, _lsn BIGINT, PRIMARY KEY ({key}))"
+                f"({', '.join(columns)}, {quote(self.layout.position)} BIGINT, "
+                f"PRIMARY KEY ({key}))"
             )
             if connection.dialect.name == "postgresql":
                 self.layout = Layout.of(self.shape, self._column_types(connection))
@@ -153,7 +155,7 @@ class MergeTarget:
 
     def _quoted(self, connection: sqlalchemy.Connection) -> str:
         quote = connection.dialect.identifier_preparer.quote
-        return ".".join(quote(part) for part in self.table.split("."))
+        return qualified(self.table, quote)
 
 
 def _type(connection: sqlalchemy.Connection, column: TableColumn) -> str:

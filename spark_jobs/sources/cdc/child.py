@@ -48,6 +48,7 @@ from sqlalchemy.exc import ArgumentError
 from spark_jobs.backlog.lag import OFFSETS_BEHIND_LATEST
 from spark_jobs.backlog.outage import Outage
 from spark_jobs.backlog.secrets import redact_text
+from spark_jobs.backlog.table_names import TableNameError, split_table_name
 from spark_jobs.backlog.values import format_duration
 from spark_jobs.metrics.schema import installed_postgres_driver, with_password
 from spark_jobs.sources.cdc.changelog import Changelog
@@ -104,10 +105,13 @@ def default_slot_name(state_location: str, child: str) -> str:
     return f"backlog_{hashlib.sha256(where.encode()).hexdigest()[:20]}"
 
 
-def connection_url(child: str, url: str) -> str:
-    """``url`` (SQLAlchemy's or libpq's form) with the password from
-    ``BACKLOG_CDC_PASSWORD``; refuses a URL that is not PostgreSQL's or that carries a
-    password itself."""
+#: libpq parameters that hold a secret when given in a URL's query.
+_SECRET_PARAMETERS = ("password", "sslpassword")
+
+
+def checked_url(child: str, url: str) -> str:
+    """``url`` (SQLAlchemy's or libpq's form) as SQLAlchemy takes it; refuses a URL that is
+    not PostgreSQL's or that carries a password itself, in its user part or its query."""
     if url.startswith("postgres://"):  # libpq's short scheme, which SQLAlchemy does not take
         url = "postgresql://" + url.removeprefix("postgres://")
     try:
@@ -119,13 +123,27 @@ def connection_url(child: str, url: str) -> str:
             f"child source {child!r}: field 'connection' = {redact_text(url)!r} must be a "
             "PostgreSQL URL such as postgresql://user@host:5432/database"
         )
-    if parsed.password is not None:
+    secrets = [name for name in parsed.query if name.lower() in _SECRET_PARAMETERS]
+    if parsed.password is not None or secrets:
+        where = f"parameter {secrets[0]!r}" if secrets else "user part"
         raise ChildSpecError(
-            f"child source {child!r}: field 'connection' = {redact_text(url)!r} carries a "
-            f"password; options show in query plans, so set it in the environment variable "
-            f"{PASSWORD_ENV} of the driver and executors instead"
+            f"child source {child!r}: field 'connection' = "
+            f"{redact_text(parsed.render_as_string(hide_password=True))!r} carries a password "
+            f"in its {where}; options show in query plans, so set it in the environment "
+            f"variable {PASSWORD_ENV} of the driver and executors instead"
         )
+    return url
+
+
+def with_source_password(url: str) -> str:
+    """``url`` with the password from ``BACKLOG_CDC_PASSWORD``, in the process that
+    connects: only the URL without it is kept, pickled or shown."""
     return with_password(url, os.environ.get(PASSWORD_ENV))
+
+
+def connection_url(child: str, url: str) -> str:
+    """``checked_url`` with the password from ``BACKLOG_CDC_PASSWORD``, to connect with."""
+    return with_source_password(checked_url(child, url))
 
 
 class SnapshotChunkPartition(ReadablePartition):
@@ -144,7 +162,7 @@ class ChangelogPartition(ReadablePartition):
     def __init__(
         self, child: PostgresCdcChild, start: int, end: int, coverage: SnapshotCoverage | None
     ):
-        self._url = child.url
+        self._url = child.url  # without its password: with_source_password adds it
         self.slot, self.publication, self.table = child.slot, child.publication, child.table
         self.shape, self.outage_timeout_s = child.shape, child.outage_timeout_s
         self.start, self.end, self.coverage = start, end, coverage
@@ -157,7 +175,8 @@ class ChangelogPartition(ReadablePartition):
         back and skips the rows already given, which a replay gives in the same order."""
         given, outage, pause = 0, Outage(self.outage_timeout_s), _READ_RETRY_PAUSE_S
         while True:
-            slot = ReplicationSlot(self._url, self.slot, self.publication, self.table)
+            url = with_source_password(self._url)
+            slot = ReplicationSlot(url, self.slot, self.publication, self.table)
             try:
                 skip = given
                 for piece in Changelog(slot, self.shape).read(self.start, self.end, self.coverage):
@@ -242,8 +261,12 @@ class PostgresCdcChild(ChildSource):
                 "starting position in the option 'stateLocation' (kept with the checkpoint), "
                 "which is not set"
             )
-        url = connection_url(name, spec_field(spec, "connection", str))
+        url = checked_url(name, spec_field(spec, "connection", str))
         table = spec_field(spec, "table", str)
+        try:
+            split_table_name(table)
+        except TableNameError as error:
+            raise ChildSpecError(f"child source {name!r}: field 'table': {error}") from None
         chunk_rows = spec_field(spec, "chunkRows", int, DEFAULT_CHUNK_ROWS)
         if chunk_rows < 1:
             raise ChildSpecError(
@@ -262,7 +285,7 @@ class PostgresCdcChild(ChildSource):
         outage_timeout_s = duration_field(
             spec, "outageTimeout", DEFAULT_OUTAGE_TIMEOUT, maximum_s=MAX_OUTAGE_TIMEOUT_S
         )
-        shape = checked_table(name, url, table)
+        shape = checked_table(name, with_source_password(url), table)
         _check_schema(name, shape, context.schema)
         state = StateDirectory(f"{resolve_uri(context.state_location)}/{name}")
         return cls(
@@ -286,7 +309,9 @@ class PostgresCdcChild(ChildSource):
         a publication changed since (an action, a row filter, a column list, the table
         dropped from it) would make the changelog silently partial."""
         if self._slot is None:
-            slot = ReplicationSlot(self.url, self.slot, self.publication, self.table)
+            slot = ReplicationSlot(
+                with_source_password(self.url), self.slot, self.publication, self.table
+            )
             if self.STARTING in self.state.names(self.STARTING):
                 try:
                     slot.check_publication()
@@ -299,7 +324,9 @@ class PostgresCdcChild(ChildSource):
     @property
     def chunk_reader(self) -> ChunkReader:
         if self._reader is None:
-            self._reader = ChunkReader(self.url, self.table, self.replication_slot)
+            self._reader = ChunkReader(
+                with_source_password(self.url), self.table, self.replication_slot
+            )
         return self._reader
 
     def close(self) -> None:
@@ -625,7 +652,7 @@ class PostgresCdcChild(ChildSource):
 def teardown(url: str, slot: str, publication: str, table: str) -> bool:
     """Drop the slot and publication of a query that is gone for good (its checkpoint and
     state location go too); True if a slot was there."""
-    replication = ReplicationSlot(url, slot, publication, table)
+    replication = ReplicationSlot(with_source_password(url), slot, publication, table)
     try:
         try:
             replication.confirmed_flush_lsn()

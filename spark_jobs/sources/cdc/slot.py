@@ -36,6 +36,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
 from spark_jobs.backlog.secrets import redact_text
+from spark_jobs.backlog.table_names import qualified
 from spark_jobs.metrics.schema import installed_postgres_driver
 from spark_jobs.sources.cdc.lsn import format_lsn, parse_lsn
 
@@ -517,7 +518,7 @@ class ReplicationSlot:
     def _table(self) -> str:
         """``table`` or ``schema.table``, each part quoted as PostgreSQL needs."""
         quote = self._engine.dialect.identifier_preparer.quote
-        return ".".join(quote(part) for part in self.table.split("."))
+        return qualified(self.table, quote)
 
     def _bounds(self, upto_lsn: int | None, upto_nchanges: int | None) -> dict[str, Any]:
         if upto_nchanges is not None and upto_nchanges < 1:

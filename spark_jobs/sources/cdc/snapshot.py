@@ -56,7 +56,6 @@ from spark_jobs.sources.cdc.messages import Begin, Commit, Truncate
 from spark_jobs.sources.cdc.pgoutput import decode
 from spark_jobs.sources.cdc.slot import SESSION_SETTINGS, ReplicationSlot, SlotError
 from spark_jobs.sources.cdc.table import (
-    CHANGE_FIELDS,
     Key,
     Row,
     TableShape,
@@ -245,7 +244,7 @@ def write_image(
     null), ``_lsn`` the high watermark, ``_commit_time`` null and ``_unchanged`` empty, as
     ``TableShape.arrow_table`` shapes the changelog's rows too."""
     mark = ("snapshot", high_watermark, 0, None, [])
-    for field, value in zip(CHANGE_FIELDS, mark, strict=True):
+    for field, value in zip(table.change_fields, mark, strict=True):
         image = image.append_column(field, pa.array([value] * image.num_rows, field.type))
     if absent:
         rows = [table.key_row(key) for key in absent]

@@ -55,7 +55,8 @@ class OpenTransaction:
             spilled.seek(0)
             try:
                 for batch in pa.ipc.open_stream(spilled):
-                    yield from pieces.add(_with_lsn(pa.Table.from_batches([batch]), end_lsn))
+                    spilled_rows = pa.Table.from_batches([batch])
+                    yield from pieces.add(_with_lsn(self._table, spilled_rows, end_lsn))
             finally:
                 spilled.close()
         if self._rows:
@@ -113,7 +114,7 @@ class Pieces:
             self._rows, self._marks = [], []
 
 
-def _with_lsn(table: pa.Table, end_lsn: int) -> pa.Table:
-    index = table.schema.get_field_index("_lsn")
+def _with_lsn(shape: TableShape, table: pa.Table, end_lsn: int) -> pa.Table:
+    index = table.schema.get_field_index(shape.change_column("lsn"))
     lsn = pa.repeat(pa.scalar(end_lsn, pa.int64()), table.num_rows)
     return table.set_column(index, table.schema.field(index), lsn)

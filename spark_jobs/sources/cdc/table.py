@@ -12,9 +12,10 @@ Chunks are ranges of the primary key, read with ``(key) > (:after) ORDER BY key`
 server and merged with decoded changes by key in Python. Both sides must order keys the
 same way, so every key column must be of a type whose PostgreSQL order is Python's order of
 the values read: integers, numeric (``values.NumericKey``), dates and timestamps (counts,
-infinities at the ends), uuid (its lower-case text orders as its bytes), and text only under
-a byte-ordered collation ("C" or "POSIX") in a UTF-8 database, where byte order is code
-point order. Other collations order by language rules that Python does not know, and a key
+infinities at the ends), uuid (its lower-case text orders as its bytes), and text, varchar
+and char(n) only under a byte-ordered collation ("C" or "POSIX") in a UTF-8 database, where
+byte order is code point order (a char(n) compared without its padding,
+``values.PaddedKey``). Other collations order by language rules that Python does not know, and a key
 compared both ways would put a row in no chunk or in two. Every key column is checked, not
 only the first, because the merge compares whole keys.
 
@@ -39,6 +40,7 @@ import sqlalchemy
 from sqlalchemy import text
 
 from spark_jobs.backlog.secrets import redact_text
+from spark_jobs.backlog.table_names import qualified
 from spark_jobs.sources.cdc.changes import ChangeStreamError
 from spark_jobs.sources.cdc.messages import UNCHANGED, Relation, Value
 from spark_jobs.sources.cdc.values import (
@@ -126,24 +128,26 @@ CHUNKABLE: Mapping[int, Callable[[Any], Any]] = {
     1184: timestamptz_text,
 }
 #: Text types, chunkable under a byte-ordered collation in a UTF-8 database only.
-TEXT_TYPES = {25: "text", 1043: "varchar"}
+TEXT_TYPES = {25: "text", 1043: "varchar", 1042: "char(n)"}
 BYTE_ORDERED = ("C", "POSIX")
 ALLOWED = (
     f"{', '.join(COLUMN_TYPES[oid].name for oid in CHUNKABLE)}, or "
-    f"{' or '.join(TEXT_TYPES.values())} with collation "
+    f"{', '.join(TEXT_TYPES.values())} with collation "
     '"C" or "POSIX" (declare the column with COLLATE "C") in a database encoded in UTF8, '
     "or a domain over one of these"
 )
 #: The columns that follow a table's own in the rows of both phases, snapshot and changelog,
 #: so that they share one schema: what happened ('snapshot', 'insert', 'update' or 'delete'),
 #: at which LSN (a commit's end) and place in its transaction, when (null for a snapshot),
-#: and the columns an update left unchanged.
+#: and the columns an update left unchanged. Each is named ``_`` and its word, or with as many
+#: more underscores as keep all five clear of the table's own column names
+#: (``TableShape.change_fields``).
 CHANGE_FIELDS = (
-    pa.field("_op", pa.string()),
-    pa.field("_lsn", pa.int64()),
-    pa.field("_seq", pa.int32()),
-    pa.field("_commit_time", pa.timestamp("us", tz="UTC")),
-    pa.field("_unchanged", pa.list_(pa.string())),
+    pa.field("op", pa.string()),
+    pa.field("lsn", pa.int64()),
+    pa.field("seq", pa.int32()),
+    pa.field("commit_time", pa.timestamp("us", tz="UTC")),
+    pa.field("unchanged", pa.list_(pa.string())),
 )
 #: One row's values of ``CHANGE_FIELDS``.
 ChangeMark = tuple[str, int, int, datetime | None, list[str]]
@@ -267,6 +271,21 @@ class TableShape:
             f"table {self.name} changed {at}: {what} as described when the copy began, so "
             f"its changes no longer fit the copy: {START_OVER}"
         )
+
+    @cached_property
+    def change_fields(self) -> tuple[pa.Field, ...]:
+        """``CHANGE_FIELDS`` named for this table: ``_op``... unless one of the table's own
+        columns has such a name, then ``__op``... and so on."""
+        own = {c.name for c in self.columns}
+        prefix = "_"
+        while any(prefix + field.name in own for field in CHANGE_FIELDS):
+            prefix += "_"
+        return tuple(field.with_name(prefix + field.name) for field in CHANGE_FIELDS)
+
+    def change_column(self, word: str) -> str:
+        """The name of the change column for ``word`` (``op``, ``lsn``, ``seq``...)."""
+        (found,) = [f.name for f in self.change_fields if f.name.lstrip("_") == word]
+        return found
 
     @property
     def key_columns(self) -> tuple[TableColumn, ...]:
@@ -405,7 +424,7 @@ class TableShape:
         """``rows`` and, for each, its ``CHANGE_FIELDS`` values: the one form of both phases."""
         arrays = self.arrow_columns(rows)
         values = list(zip(*marks, strict=True)) or [()] * len(CHANGE_FIELDS)
-        for field, column in zip(CHANGE_FIELDS, values, strict=True):
+        for field, column in zip(self.change_fields, values, strict=True):
             arrays[field.name] = pa.array(column, field.type)
         return pa.table(arrays)
 
@@ -470,9 +489,7 @@ def describe_table(engine: sqlalchemy.Engine, table: str) -> TableShape:
     where = redact_text(engine.url.render_as_string(hide_password=False))
     quote = engine.dialect.identifier_preparer.quote
     with engine.connect() as connection:
-        found = connection.execute(
-            _RELATION, {"name": ".".join(quote(part) for part in table.split("."))}
-        ).first()
+        found = connection.execute(_RELATION, {"name": qualified(table, quote)}).first()
         if found is None or found.relkind != "r":
             what = "no table" if found is None else f"relation {found.name} is not a table, and"
             raise TableError(f"{what} {table!r} on {where}: a snapshot reads an ordinary table")

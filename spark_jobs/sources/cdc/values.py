@@ -130,8 +130,27 @@ READERS: Mapping[int, Reader] = {
     1114: read_timestamp,
     1184: read_timestamptz,
 }
+
+
+@dataclass(frozen=True, order=True)
+class PaddedKey:
+    """A ``char(n)`` key value, equal and ordered as PostgreSQL compares ``bpchar`` under a
+    byte-ordered collation: without its trailing spaces, which pad it and mean nothing.
+    ``str`` gives the server's text, padding and all."""
+
+    value: str
+    text: str = field(compare=False)
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def read_padded_key(text: str) -> PaddedKey:
+    return PaddedKey(text.rstrip(" "), text)
+
+
 #: Type OID -> reader of its text in a primary-key column, where it must order as on the server.
-KEY_READERS: Mapping[int, Reader] = {1700: read_numeric_key}
+KEY_READERS: Mapping[int, Reader] = {1700: read_numeric_key, 1042: read_padded_key}
 
 
 def read_column(texts: pa.Array, type_oid: int, arrow_type: pa.DataType) -> pa.Array:

@@ -256,6 +256,12 @@ def test_chunks_hold_every_row_once_in_key_order(logical_server, database, tmp_p
         ("uuid", "md5(i::text)::uuid"),
         ("numeric(8, 2)", "i * 0.75"),
         ("date", "date '2026-01-01' + i"),
+        # Ordered without its padding: 'a' < 'a' || chr(1) < 'ab', where the padded bytes
+        # put chr(1) before the padding's space.
+        (
+            'char(3) COLLATE "C"',
+            "chr(97 + i / 3) || CASE i % 3 WHEN 1 THEN chr(1) WHEN 2 THEN 'b' ELSE '' END",
+        ),
     ],
 )
 def test_keys_of_every_chunkable_type_resume_after_the_last(

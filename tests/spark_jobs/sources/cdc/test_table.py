@@ -127,6 +127,7 @@ def test_changes_must_name_the_primary_key(database, identity, refused):
         "id timestamptz",
         'id text COLLATE "C"',
         'id varchar(10) COLLATE "POSIX"',
+        'id char(3) COLLATE "C"',
         # The test servers' databases are created with locale C: the default resolves to it.
         "id text",
     ],
@@ -141,7 +142,7 @@ def test_chunkable_keys_are_allowed(database, column):
 
 @pytest.mark.parametrize(
     ("column", "type_name"),
-    [("id bool", "boolean"), ("id float8", "double precision"), ("id char(3)", "character(3)")],
+    [("id bool", "boolean"), ("id float8", "double precision")],
 )
 def test_a_key_type_without_a_chunkable_order_is_refused(database, column, type_name):
     create(database, f"CREATE TABLE refused ({column} PRIMARY KEY)")

@@ -24,6 +24,7 @@ from spark_jobs.sources.cdc.values import (
     read_column,
     read_date,
     read_numeric_key,
+    read_padded_key,
     read_timestamp,
     read_timestamptz,
     timestamp_text,
@@ -139,6 +140,23 @@ def test_numeric_keys_order_as_postgres_orders_numeric():
     assert hash(read_numeric_key("1.0")) == hash(read_numeric_key("1.00"))
     assert read_numeric_key("NaN") == NumericKey(2, Decimal(0), "NaN")
     assert (read_numeric_key("2"),) < (read_numeric_key("NaN"),)
+
+
+def test_char_keys_order_as_postgres_orders_them_under_a_byte_collation(database):
+    """bpchar compares without the padding: 'a' sorts before 'a' || chr(1), whose padded
+    bytes ('a\x01 ') sort before the padded 'a  '."""
+    values = ["a", "a\x01", "ab", "a\t", "", "b", "\x7f", "é"]
+    with database.connect() as connection:
+        ordered = connection.execute(
+            text(
+                'SELECT v::char(3) COLLATE "C" AS k FROM unnest(CAST(:values AS text[])) v '
+                "ORDER BY k"
+            ),
+            {"values": values},
+        ).scalars()
+        server = [key for key in ordered]
+    assert [str(key) for key in sorted(read_padded_key(k) for k in server)] == server
+    assert read_padded_key("a  ") == read_padded_key("a") and str(read_padded_key("a  ")) == "a  "
 
 
 def test_a_changes_row_reads_by_its_columns_types_and_numeric_keys_order():
