@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from spark_jobs.sources.cdc import generated
 from spark_jobs.sources.cdc.changes import (
     Change,
     ChangeStreamError,
@@ -128,22 +129,35 @@ class Changelog:
         current = OpenTransaction(self.table, PIECE_ROWS)
         for begin, change in self._row_changes(start_lsn, end_lsn):
             if isinstance(change, Commit):
-                yield from current.close(change.end_lsn, pieces)
+                yield from self._generated(current.close(change.end_lsn, pieces))
             elif coverage is not None and coverage.has(change.key, begin.final_lsn):
                 current.skip()
             else:
                 current.add(change.row, change.op, begin.commit_time, change.unchanged)
-        yield from pieces.rest()
+        yield from self._generated(pieces.rest())
+
+    def _generated(self, pieces: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """Pieces with their generated columns' values, which no change carries."""
+        for piece in pieces:
+            if not self.table.generated_columns:
+                yield piece
+                continue
+            rows = generated.fill(self.table, pa.Table.from_batches([piece]), self._slot.select)
+            yield from rows.to_batches()
 
     def incomplete_rows(
         self, start_lsn: int, end_lsn: int, coverage: SnapshotCoverage | None = None
     ) -> list[Key]:
         """The keys whose rows ``read`` would give without a value the row has: the insert
         of a key move that left a TOASTed value unsent (under REPLICA IDENTITY DEFAULT no
-        change says what it was). Only a refresh of the key completes them."""
+        change says what it was), an update whose generated value reads such a value and a
+        sent one (``generated.incomplete``). Only a refresh of the key completes them."""
         found: dict[Key, None] = {}
         for begin, change in self._row_changes(start_lsn, end_lsn):
-            if isinstance(change, Commit) or not (change.op == "insert" and change.unchanged):
+            if isinstance(change, Commit) or not change.unchanged:
+                continue
+            moved = change.op == "insert"
+            if not moved and not generated.incomplete(self.table, change.unchanged):
                 continue
             if coverage is None or not coverage.has(change.key, begin.final_lsn):
                 found[change.key] = None
@@ -205,7 +219,7 @@ class Changelog:
         """``change`` as rows of the table, each with its ``_op`` and ``_unchanged``."""
         at = f"in the transaction that commits at {format_lsn(begin.final_lsn)}"
         if isinstance(change, Truncate):
-            if self.table.oid in change.relation_ids:
+            if self.table.relation_ids.intersection(change.relation_ids):
                 raise TableChangedError(
                     f"table {self.table.name} was truncated {at}, which removes rows no change "
                     f"names: {START_OVER}"
@@ -227,6 +241,7 @@ class Changelog:
                 value = None
                 unchanged.append(name)
             row[name] = value
+        generated.name_unsent(table, row, unchanged)
         key = table.key_of(row)
         if change.operation == "insert" or old is None:
             return [_RowOfChange(change.operation, key, row, unchanged)]

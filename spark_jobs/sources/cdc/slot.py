@@ -276,8 +276,12 @@ class ReplicationSlot:
                 {"publication": self.publication},
             ).first()
             if published is None:
+                # Changes of a partitioned table's partitions published as the table's own.
                 connection.execute(
-                    text(f"CREATE PUBLICATION {self.publication} FOR TABLE {self._table()}")
+                    text(
+                        f"CREATE PUBLICATION {self.publication} FOR TABLE {self._table()} "
+                        "WITH (publish_via_partition_root = true)"
+                    )
                 )
             existing = connection.execute(
                 text(
@@ -307,10 +311,11 @@ class ReplicationSlot:
         with self._connection() as connection:
             found = connection.execute(
                 text(
-                    "SELECT pubinsert, pubupdate, pubdelete, pubtruncate FROM pg_publication "
-                    "WHERE pubname = :publication"
+                    "SELECT pubinsert, pubupdate, pubdelete, pubtruncate, pubviaroot, "
+                    "(SELECT relkind = 'p' FROM pg_class WHERE oid = to_regclass(:table)) "
+                    "AS partitioned FROM pg_publication WHERE pubname = :publication"
                 ),
-                {"publication": self.publication},
+                {"publication": self.publication, "table": self._table()},
             ).first()
             if found is None:
                 raise SlotError(
@@ -332,6 +337,12 @@ class ReplicationSlot:
                 {"publication": self.publication, "table": self._table()},
             ).first()
         named = f"publication {self.publication!r} on {self.where}"
+        if found.partitioned and not found.pubviaroot:
+            raise SlotError(
+                f"{named} publishes the partitions of {self.table} under their own names, "
+                "not the table's, so none of their changes would arrive as the table's: "
+                f"ALTER PUBLICATION {self.publication} SET (publish_via_partition_root = true)"
+            )
         if carried is None:
             raise SlotError(
                 f"{named} does not publish table {self.table}, so none of its changes would "
@@ -339,7 +350,7 @@ class ReplicationSlot:
                 "from the checkpoint path): give another --checkpoint, or ALTER PUBLICATION "
                 f"{self.publication} ADD TABLE {self._table()}"
             )
-        missing = [a for a, on in zip(PUBLISHED_ACTIONS, found, strict=True) if not on]
+        missing = [a for a, on in zip(PUBLISHED_ACTIONS, found[:4], strict=True) if not on]
         if missing:
             raise SlotError(
                 f"{named} does not publish {', '.join(missing)}, so those changes of "
@@ -357,6 +368,11 @@ class ReplicationSlot:
                 f"{named} publishes only the columns {list(carried[0])} of {self.table}, "
                 f"not all of {list(carried.columns)}: publish the table without a column list"
             )
+
+    def select(self, statement: str, values: dict[str, Any]) -> list[tuple[Any, ...]]:
+        """``statement``'s rows, run with the settings values are read under."""
+        with self._connection() as connection:
+            return [tuple(row) for row in connection.execute(text(statement), values)]
 
     def publication_state(self) -> dict[str, Any] | None:
         """What the publication is for the table, down to the catalog rows' own transaction

@@ -49,6 +49,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
 from spark_jobs.metrics.schema import installed_postgres_driver
+from spark_jobs.sources.cdc import generated
 from spark_jobs.sources.cdc.bulk import copy_out
 from spark_jobs.sources.cdc.changes import Event, RelationCache, RowChange, events
 from spark_jobs.sources.cdc.lsn import format_lsn, parse_lsn
@@ -144,16 +145,18 @@ def merge(
     keys: Keys,
     high_watermark: int,
     read: Visibility,
+    complete: Callable[[pa.Table], pa.Table] = lambda rows: rows,
 ) -> pa.Table:
     """``image`` (the rows as read, in key order, as ``TableShape.typed_table`` gives them)
     with the transactions the read did not see that end at or before ``high_watermark``
     applied in order, for keys in ``keys`` only; sorted by key. Changes are applied as they
     stream by: a transaction is judged at its Begin, by where its commit starts.
     ``ValueNotAtHand`` if a row moved in from a key outside ``keys`` left a value unsent.
+    ``complete`` gives the rows the changes made their generated values.
 
     The rows stay in Arrow: only the keys the changes touch are held as Python rows, and
     the image is filtered and reordered once at the end."""
-    changed = _Changed(image, table)
+    changed = _Changed(image, table, complete)
     applying = False
     for event in changes:
         if isinstance(event, Begin):
@@ -161,7 +164,7 @@ def merge(
         elif isinstance(event, Commit) or not applying:
             continue
         elif isinstance(event, Truncate):
-            if table.oid in event.relation_ids:
+            if table.relation_ids.intersection(event.relation_ids):
                 changed.truncate()
         elif event.relation.relation_id == table.oid:
             table.check_relation(event.relation, "while a snapshot chunk was read")
@@ -172,8 +175,10 @@ def merge(
 class _Changed:
     """The rows the changes touched, by key (None: deleted), over the image as read."""
 
-    def __init__(self, image: pa.Table, table: TableShape):
-        self._read, self._table = image, table
+    def __init__(
+        self, image: pa.Table, table: TableShape, complete: Callable[[pa.Table], pa.Table]
+    ):
+        self._read, self._table, self._complete = image, table, complete
         self._rows: dict[Key, Row | None] = {}
         self._truncated = False
 
@@ -225,7 +230,7 @@ class _Changed:
             ((key, row) for key, row in self._rows.items() if row is not None),
             key=lambda item: item[0],
         )
-        rows = pa.table(self._table.arrow_columns([row for _, row in now]))
+        rows = self._complete(pa.table(self._table.arrow_columns([row for _, row in now])))
         combined = pa.concat_tables([self._read.take(pa.array(kept, pa.int64())), rows])
         keys = [self._keys[i] for i in kept] + [key for key, _ in now]
         order = sorted(range(len(keys)), key=keys.__getitem__)
@@ -362,7 +367,15 @@ class ChunkReader:
                 )
             peeked = (decode(row.data) for row in self._slot.stream(upto_lsn=high))
             try:
-                merged = merge(found, events(peeked, RelationCache()), self.table, keys, high, read)
+                merged = merge(
+                    found,
+                    events(peeked, RelationCache()),
+                    self.table,
+                    keys,
+                    high,
+                    read,
+                    lambda rows: generated.compute(self.table, rows, self._slot.select),
+                )
             except ValueNotAtHand as missing:
                 if attempt == READ_ATTEMPTS - 1:
                     raise ValueNotAtHand(

@@ -190,6 +190,10 @@ class TableColumn:
     portable_type: str | None = None
     #: ``atttypmod``: a length, precision or scale (-1: none), which changes alone narrow.
     type_modifier: int = -1
+    #: A stored generated column's expression (``pg_get_expr``), and the columns it reads:
+    #: pgoutput sends no value for it, so the source server computes it (``generated.py``).
+    generated: str | None = None
+    generated_from: tuple[str, ...] = ()
 
     @property
     def kind(self) -> ColumnType:
@@ -207,6 +211,9 @@ class TableShape:
     key: tuple[str, ...]
     #: ``relreplident``: 'd' (the primary key) or 'f' (the whole row).
     replica_identity: str = "d"
+    #: A partitioned table's partitions (OIDs, at every level): its changes are published as
+    #: the root's (``publish_via_partition_root``), its truncates name the partitions.
+    partitions: tuple[int, ...] = ()
 
     def signature(self) -> dict[str, Any]:
         """What the copy relies on, as JSON: kept at the first start and compared at every
@@ -214,10 +221,20 @@ class TableShape:
         return {
             "table": self.name,
             "oid": self.oid,
-            "columns": [[c.name, c.type_name, c.type_modifier] for c in self.columns],
+            "columns": [[c.name, c.type_name, c.type_modifier, c.generated] for c in self.columns],
             "key": list(self.key),
             "replica_identity": self.replica_identity,
+            "partitions": list(self.partitions),
         }
+
+    @property
+    def generated_columns(self) -> tuple[TableColumn, ...]:
+        return tuple(c for c in self.columns if c.generated is not None)
+
+    @property
+    def relation_ids(self) -> frozenset[int]:
+        """The table's OID and its partitions': a truncate of any of them empties rows of it."""
+        return frozenset((self.oid, *self.partitions))
 
     def check_unchanged(self, kept: Mapping[str, Any]) -> None:
         """Refuse the table if it is no longer what it was when the copy began (``kept``, a
@@ -228,9 +245,10 @@ class TableShape:
             return
         names = {
             "oid": "its OID (the table dropped and created again?) is",
-            "columns": "its columns (name, type, type modifier) are",
+            "columns": "its columns (name, type, type modifier, generated as) are",
             "key": "its primary key is",
             "replica_identity": "its replica identity is",
+            "partitions": "its partitions (attached or detached, whose rows no change names) are",
         }
         changed = [
             f"{names.get(field, field)} {now.get(field)!r}, not {kept.get(field)!r}"
@@ -252,8 +270,12 @@ class TableShape:
             (c.name, c.type_oid, c.type_modifier, identity == "f" or c.name in self.key)
             for c in self.columns
         ]
-        if found == expected and relation.replica_identity == identity:
+        # pgoutput leaves generated columns out (before PostgreSQL 18, and after it unless
+        # the publication sets publish_generated_columns).
+        published = [e for e, c in zip(expected, self.columns, strict=True) if not c.generated]
+        if found in (expected, published) and relation.replica_identity == identity:
             return
+        expected = published if len(found) == len(published) else expected
         if relation.replica_identity != identity:
             what = (
                 f"its replica identity is {_IDENTITIES.get(relation.replica_identity, '?')}, "
@@ -392,6 +414,9 @@ class TableShape:
         (TOASTed) comes from ``before``, the row's image before the change."""
         row = {}
         for column in self.columns:
+            if column.generated is not None and column.name not in new:
+                row[column.name] = None  # computed by the source (generated.py)
+                continue
             if column.name not in new:
                 raise ChangeStreamError(
                     f"a change of {self.name} has no column {column.name!r}: the table "
@@ -451,9 +476,24 @@ _RELATION = text(
     "WHERE c.oid = to_regclass(:name)"
 )
 _COLUMNS = text(
-    "SELECT attname, quote_ident(attname) AS sql, atttypid, atttypmod, "
-    "format_type(atttypid, atttypmod) AS type_name FROM pg_attribute "
-    "WHERE attrelid = :oid AND attnum > 0 AND NOT attisdropped ORDER BY attnum"
+    "SELECT a.attname, quote_ident(a.attname) AS sql, a.atttypid, a.atttypmod, "
+    "format_type(a.atttypid, a.atttypmod) AS type_name, "
+    "CASE WHEN a.attgenerated = 's' THEN pg_get_expr(d.adbin, d.adrelid) END AS generated, "
+    "ARRAY(SELECT r.attname::text FROM pg_depend dep JOIN pg_attribute r "
+    "  ON r.attrelid = dep.refobjid AND r.attnum = dep.refobjsubid "
+    "  WHERE dep.classid = 'pg_attrdef'::regclass AND dep.objid = d.oid "
+    "  AND dep.refclassid = 'pg_class'::regclass AND dep.refobjid = a.attrelid "
+    "  ORDER BY r.attnum) AS generated_from "
+    "FROM pg_attribute a LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid "
+    "AND d.adnum = a.attnum AND a.attgenerated = 's' "
+    "WHERE a.attrelid = :oid AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum"
+)
+#: A partitioned table's partitions at every level, and the replica identities of its
+#: leaves, where its updates and deletes happen.
+_PARTITIONS = text(
+    "SELECT p.relid::oid AS oid, p.relid::regclass::text AS name, p.isleaf, c.relreplident "
+    "FROM pg_partition_tree(:oid) p JOIN pg_class c ON c.oid = p.relid "
+    "WHERE p.relid <> :oid ORDER BY p.relid::oid"
 )
 #: The types of the columns and every type they are built on (domains' base types, arrays'
 #: elements); an array type is one that is another type's ``typarray``.
@@ -490,12 +530,15 @@ def describe_table(engine: sqlalchemy.Engine, table: str) -> TableShape:
     quote = engine.dialect.identifier_preparer.quote
     with engine.connect() as connection:
         found = connection.execute(_RELATION, {"name": qualified(table, quote)}).first()
-        if found is None or found.relkind != "r":
+        if found is None or found.relkind not in ("r", "p"):
             what = "no table" if found is None else f"relation {found.name} is not a table, and"
-            raise TableError(f"{what} {table!r} on {where}: a snapshot reads an ordinary table")
+            raise TableError(
+                f"{what} {table!r} on {where}: a snapshot reads an ordinary or partitioned table"
+            )
         columns = connection.execute(_COLUMNS, {"oid": found.oid}).all()
         types = {t.oid: t for t in connection.execute(_TYPES, {"oid": found.oid})}
         key = connection.execute(_KEY, {"oid": found.oid}).all()
+        partitions = connection.execute(_PARTITIONS, {"oid": found.oid}).all()
     if not key:
         raise TableError(
             f"table {found.name} has no primary key; reading it in chunks needs one "
@@ -519,7 +562,28 @@ def describe_table(engine: sqlalchemy.Engine, table: str) -> TableShape:
     for column in key:
         _check_key_column(found.name, column, _without_domains(column.atttypid, types))
     key_names = tuple(column.attname for column in key)
-    return TableShape(found.oid, found.name, described, key_names, found.relreplident)
+    generated_keys = [c.name for c in described if c.generated and c.name in key_names]
+    if generated_keys:
+        raise TableError(
+            f"table {found.name}: primary-key column {generated_keys[0]!r} is generated, and "
+            "pgoutput sends no value for a generated column, so no change would name its row's "
+            "key; key the table on the columns it is generated from"
+        )
+    other = [p.name for p in partitions if p.isleaf and p.relreplident != found.relreplident]
+    if other:
+        raise TableError(
+            f"table {found.name}: partition {other[0]} has another replica identity than the "
+            f"table's ({_IDENTITIES[found.relreplident]}); its updates and deletes would name "
+            "their rows otherwise: give every partition the table's"
+        )
+    return TableShape(
+        found.oid,
+        found.name,
+        described,
+        key_names,
+        found.relreplident,
+        tuple(p.oid for p in partitions),
+    )
 
 
 def _described(table: str, column: sqlalchemy.Row, types: Mapping[int, Any]) -> TableColumn:
@@ -538,6 +602,8 @@ def _described(table: str, column: sqlalchemy.Row, types: Mapping[int, Any]) -> 
         None if base == column.atttypid else base,
         None if column.atttypid < _FIRST_USER_OID else _portable(column.atttypid, types),
         column.atttypmod,
+        column.generated,
+        tuple(column.generated_from) if column.generated else (),
     )
 
 
