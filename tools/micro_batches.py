@@ -26,6 +26,10 @@ from pyspark.sql.datasource import DataSourceStreamReader
 from pyspark.sql.streaming.datasource import ReadLimit
 
 Offset = dict[str, Any]
+#: Where a fault may strike: a batch planned and logged, the source told of the batch before
+#: it, the batch's rows being read into the sink (whose transaction then never commits), the
+#: batch merged but not yet in the commit log.
+FAULT_POINTS = ("planned", "committed", "reading", "merged")
 #: What a sink is given: the batch id and the batch's rows (a function, as a retry reads
 #: them again).
 Sink = Callable[[int, Callable[[], Iterator[pa.RecordBatch]]], None]
@@ -48,20 +52,43 @@ class Logs:
         return self.offsets[batch - 1] if batch > 0 else self.initial
 
 
-class MicroBatches:
-    """``step()`` is one trigger; ``kill()`` ends the reader wherever it is."""
+class Killed(Exception):
+    """Raised by a fault at one of ``FAULT_POINTS``: the process dies there."""
 
-    def __init__(self, make_reader: Callable[[], DataSourceStreamReader], sink: Sink):
+
+def no_fault(point: str) -> None:
+    """Nothing strikes."""
+
+
+class MicroBatches:
+    """``step()`` is one trigger; ``kill()`` ends the reader wherever it is. ``fault`` is
+    called at each of ``FAULT_POINTS`` and may raise ``Killed``."""
+
+    def __init__(
+        self,
+        make_reader: Callable[[], DataSourceStreamReader],
+        sink: Sink,
+        fault: Callable[[str], None] = no_fault,
+    ):
         self._make_reader = make_reader
         self._sink = sink
+        self._fault = fault
         self.logs = Logs()
         self.reader: DataSourceStreamReader | None = None
-        #: Batches run, replays included.
-        self.runs = 0
+        #: Batches run, replays included; kills by a fault.
+        self.runs = self.kills = 0
 
     def step(self, limit: ReadLimit) -> bool:
         """One trigger: a restart's recovery if the reader is new, else the next batch if the
-        source has one. True if a batch ran."""
+        source has one. True if a batch ran; False also when a fault killed the reader."""
+        try:
+            return self._step(limit)
+        except Killed:
+            self.kills += 1
+            self.kill()
+            return False
+
+    def _step(self, limit: ReadLimit) -> bool:
         if self.reader is None:
             return self._restart()
         last = self.logs.last
@@ -71,8 +98,10 @@ class MicroBatches:
         if end == start:
             return False
         self.logs.offsets[batch] = end
+        self._fault("planned")
         if batch > 0:
             self.reader.commit(self.logs.offsets[batch - 1])
+            self._fault("committed")
         self._run(batch)
         return True
 
@@ -103,8 +132,11 @@ class MicroBatches:
         def rows() -> Iterator[pa.RecordBatch]:
             executor, tasks = pickle.loads(shipped)
             for partition in tasks:
-                yield from executor.read(partition)
+                for piece in executor.read(partition):
+                    yield piece
+                    self._fault("reading")
 
         self._sink(batch, rows)
+        self._fault("merged")
         self.logs.commits.add(batch)
         self.runs += 1

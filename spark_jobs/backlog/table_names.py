@@ -48,6 +48,14 @@ def split_table_name(name: str) -> tuple[str, ...]:
     return tuple(parts)
 
 
+def as_part(part: str) -> str:
+    """One part written so that ``split_table_name`` takes it back whole: in double quotes
+    when it holds a dot or a quote."""
+    if "." in part or '"' in part:
+        return '"' + part.replace('"', '""') + '"'
+    return part
+
+
 def qualified(name: str, quote: Callable[[str], str]) -> str:
     """``name`` for SQL, each part quoted by ``quote`` (a dialect's identifier quoting)."""
     return ".".join(quote(part) for part in split_table_name(name))

@@ -26,14 +26,16 @@ Passwords come from ``BACKLOG_CDC_PASSWORD`` (source) and ``BACKLOG_CDC_TARGET_P
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 
-from spark_jobs.backlog.table_names import TableNameError, split_table_name
+from spark_jobs.backlog.table_names import TableNameError, as_part, split_table_name
 from spark_jobs.backlog.values import count_argument, duration_argument
 from spark_jobs.coordinator.runtime import BacklogRuntime
 from spark_jobs.jobs.cli import (
@@ -49,13 +51,14 @@ from spark_jobs.jobs.merge_sink import MergeSink
 from spark_jobs.metrics.schema import with_password
 from spark_jobs.sources.cdc.child import (
     DEFAULT_CHUNK_ROWS,
+    PostgresCdcChild,
     checked_table,
     connection_url,
     default_slot_name,
     teardown,
 )
 from spark_jobs.sources.cdc.slot import SlotError
-from spark_jobs.sources.cdc.table import TableShape
+from spark_jobs.sources.cdc.table import TableChangedError, TableShape
 from spark_jobs.sources.children import ChildSpecError
 from spark_jobs.sources.storage import resolve_uri
 
@@ -164,7 +167,7 @@ def drop_slot(args: argparse.Namespace) -> str:
 def target_of(args: argparse.Namespace, shape: TableShape | None = None) -> MergeTarget:
     return MergeTarget(
         with_password(args.target, os.environ.get(TARGET_PASSWORD_ENV)),
-        args.target_table or split_table_name(args.table)[-1],
+        args.target_table or as_part(split_table_name(args.table)[-1]),
         shape or check_source(args),
         args.target_outage_timeout,
     )
@@ -181,8 +184,16 @@ def check_target(target: MergeTarget, args: argparse.Namespace) -> None:
 
 
 def check_source(args: argparse.Namespace) -> TableShape:
-    """The table's shape, after refusing what the source would refuse once Spark runs."""
-    return checked_table(SOURCE_NAME, connection_url(SOURCE_NAME, args.connection), args.table)
+    """The table's shape, after refusing what the source would refuse once Spark runs: a
+    table the copy cannot take, or one that changed since this checkpoint's copy began."""
+    shape = checked_table(SOURCE_NAME, connection_url(SOURCE_NAME, args.connection), args.table)
+    kept = Path(source_state(args)) / SOURCE_NAME / PostgresCdcChild.SHAPE
+    if "://" not in args.checkpoint and kept.exists():
+        try:
+            shape.check_unchanged(json.loads(kept.read_text())["table"])
+        except TableChangedError as error:
+            raise ChildSpecError(f"child source {SOURCE_NAME!r}: {error}") from None
+    return shape
 
 
 def run(args: argparse.Namespace) -> None:

@@ -288,6 +288,9 @@ class PostgresCdcChild(ChildSource):
         shape = checked_table(name, with_source_password(url), table)
         _check_schema(name, shape, context.schema)
         state = StateDirectory(f"{resolve_uri(context.state_location)}/{name}")
+        if cls.SHAPE in state.names(cls.SHAPE):
+            # A query started again: its chunks and positions are of the table as it was.
+            shape.check_unchanged(state.read(cls.SHAPE)["table"])
         return cls(
             name,
             url,
@@ -325,7 +328,7 @@ class PostgresCdcChild(ChildSource):
     def chunk_reader(self) -> ChunkReader:
         if self._reader is None:
             self._reader = ChunkReader(
-                with_source_password(self.url), self.table, self.replication_slot
+                with_source_password(self.url), self.shape, self.replication_slot
             )
         return self._reader
 

@@ -273,16 +273,17 @@ def _no_pause(step: str) -> None:
 
 
 class ChunkReader:
-    """Reads ``table`` in chunks through the slot (which must exist) of its publication."""
+    """Reads ``table`` in chunks through the slot (which must exist) of its publication: as it
+    was described when the copy began (a ``TableShape``), or as it is now (its name)."""
 
-    def __init__(self, url: str, table: str, slot: ReplicationSlot):
+    def __init__(self, url: str, table: str | TableShape, slot: ReplicationSlot):
         self._engine = sqlalchemy.create_engine(
             installed_postgres_driver(make_url(url)),
             isolation_level="REPEATABLE READ",
             pool_pre_ping=True,
         )
-        self._name = table
-        self.table = self.describe()
+        self._name = table.name if isinstance(table, TableShape) else table
+        self.table = table if isinstance(table, TableShape) else self.describe()
         self._slot = slot
 
     def describe(self) -> TableShape:

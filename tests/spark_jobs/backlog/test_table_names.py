@@ -2,7 +2,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spark_jobs.backlog.table_names import TableNameError, qualified, split_table_name
+from spark_jobs.backlog.table_names import TableNameError, as_part, qualified, split_table_name
 
 
 @pytest.mark.parametrize(
@@ -43,6 +43,12 @@ parts = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_siz
 def test_any_parts_quoted_split_back_to_themselves(found):
     name = ".".join('"' + part.replace('"', '""') + '"' for part in found)
     assert split_table_name(name) == tuple(found)
+
+
+@given(parts)
+def test_a_part_written_by_as_part_splits_back_whole(part):
+    """The target table named after the source's last part, which may hold a dot."""
+    assert split_table_name(as_part(part)) == (part,)
 
 
 def test_qualified_quotes_each_part_as_the_dialect_does():

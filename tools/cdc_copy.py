@@ -1,21 +1,28 @@
 """A table copied by the postgres-cdc source into a merge target in this process, batch by batch
-as Spark would run them (``tools.micro_batches``): what a test of the copy as a whole drives,
-without a JVM."""
+as Spark would run them (``tools.micro_batches``): what the tests of the copy as a whole and
+the randomized CDC campaign drive, without a JVM."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
-from spark_jobs.backlog.table_names import split_table_name
+from spark_jobs.backlog.table_names import as_part, split_table_name
 from spark_jobs.jobs.merge.target import MergeTarget
-from spark_jobs.sources.cdc.child import PostgresCdcChild, change_schema, describe, teardown
+from spark_jobs.sources.cdc.child import (
+    PostgresCdcChild,
+    change_schema,
+    default_slot_name,
+    describe,
+    teardown,
+)
 from spark_jobs.sources.hybrid import HybridStreamReader
-from tools.micro_batches import MicroBatches
+from tools.micro_batches import MicroBatches, no_fault
 
 QUERY_ID = "query"
 
@@ -30,6 +37,7 @@ class CdcCopy:
         target_url: str,
         state: Path,
         chunk_rows: int,
+        fault: Callable[[str], None] = no_fault,
         **fields: Any,
     ):
         self.source_url, self.table = source_url, table
@@ -38,10 +46,9 @@ class CdcCopy:
         spec |= {"chunkRows": chunk_rows, **fields}
         self.options = {"sources": json.dumps([spec]), "stateLocation": str(state)}
         self.shape = describe("cdc", source_url, table)
-        copied = f"copy_of_{split_table_name(table)[-1]}"
-        self.target_table = '"' + copied.replace('"', '""') + '"'  # as --target-table takes it
+        self.target_table = as_part(f"copy_of_{split_table_name(table)[-1]}")
         self.target = MergeTarget(target_url, self.target_table, self.shape, 10.0)
-        self.batches = MicroBatches(self._reader, self._merge)
+        self.batches = MicroBatches(self._reader, self._merge, fault)
 
     def _reader(self) -> HybridStreamReader:
         return HybridStreamReader(self.options, from_arrow_schema(change_schema(self.shape)))
@@ -80,10 +87,8 @@ class CdcCopy:
         raise AssertionError(f"not live and idle after {steps} triggers")
 
     def close(self) -> None:
+        """Stop reading, drop the slot and its publication (whatever became of the table)."""
         self.batches.kill()
-        reader = self._reader()
-        child = reader.children[0]
-        assert isinstance(child, PostgresCdcChild)
-        teardown(child.url, child.slot, child.publication, child.table)
-        reader.stop()
+        slot = default_slot_name(str(self.state), "cdc")
+        teardown(self.source_url, slot, slot, self.table)
         self.target.close()
