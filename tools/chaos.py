@@ -32,6 +32,13 @@ Kinds of trials and their faults:
   restarted and the target database away. Its counts are versions lost and changes
   duplicated in the raw change stream, and keys where the merged copy or the replayed
   stream is not the table.
+- ``cdc-random``: randomized CDC trials (``tools/cdc_random``), one seed each: a table drawn
+  from the seed, writers changing it at random moments, kills at random points, the copy
+  compared with the table value by value. ``--cdc-driver`` runs them in this process
+  (``model``, seconds a trial), as ``backlog-cdc-job`` (``job``), or mostly the first
+  (``both``); ``--cdc-seeds`` runs given seeds again. Its figures are printed apart: seeds,
+  transactions, rows compared, lost, wrong, extra, failures by name per reason, and the
+  seeds of trials that broke.
 """
 
 from __future__ import annotations
@@ -62,6 +69,7 @@ from spark_jobs.backlog.values import count_argument
 from spark_jobs.jobs.startup import job_environment
 from tools import cdc_chaos
 from tools.broker import FETCH, LIST_OFFSETS, EmbeddedBroker
+from tools.cdc_random import campaign as cdc_campaign
 from tools.data import KafkaProducerThread
 from tools.report import Checkpoint
 from tools.runs import KafkaTopic, Run, prepare_history, say
@@ -362,6 +370,8 @@ FAULTS = {
     "broker": ("brokers-down", "leaders-moved", "request-errors"),
     "malformed": ("malformed-files", "malformed-records"),
     "cdc": cdc_chaos.FAULTS,
+    # Not faults of their own: seeds (tools/cdc_random), counted apart.
+    "cdc-random": (),
 }
 
 
@@ -538,6 +548,19 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--postgres-url", help="a PostgreSQL metrics database (needed by the 'skew' trials)"
     )
+    parser.add_argument(
+        "--cdc-driver",
+        choices=cdc_campaign.DRIVERS,
+        default="both",
+        help="how cdc-random trials run the copy (default: both, one in five as the job)",
+    )
+    parser.add_argument(
+        "--cdc-seeds",
+        type=lambda text: [int(seed) for seed in text.split(",")],
+        default=[],
+        metavar="SEED,...",
+        help="cdc-random: these seeds instead of --trials drawn ones",
+    )
     args = parser.parse_args(argv)
     kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
     unknown = [k for k in kinds if k not in FAULTS]
@@ -556,7 +579,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     say(f"fault campaign: {args.trials} trial(s) of {', '.join(args.kinds)} (seed {seed})")
     results = []
     workdir = args.workdir.resolve()
+    random_cdc: cdc_campaign.Summary | None = None
     for kind in args.kinds:
+        if kind == "cdc-random":
+            say(f"[cdc-random: {len(args.cdc_seeds) or args.trials} seed(s)]")
+            random_results = cdc_campaign.run(
+                args.trials, rng, workdir / "cdc-random", args.cdc_driver, args.cdc_seeds
+            )
+            random_cdc = cdc_campaign.Summary.of(random_results)
+            continue
         for index in range(args.trials):
             say(f"[{kind} {index + 1}/{args.trials}]")
             if kind == "cdc":
@@ -569,11 +600,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     faults = summary(results)
     for line in table(faults):
         say(line)
+    if random_cdc is not None:
+        for line in cdc_campaign.table(random_cdc):
+            say(line)
+        faults["cdc-random"] = random_cdc.as_json()  # type: ignore[assignment]
     print(json.dumps(faults, sort_keys=True), flush=True)
     clean = all(
         r.recovered and r.lost == r.duplicated == r.wrong_amounts == r.differs == 0 for r in results
     )
-    return 0 if clean else 1
+    return 0 if clean and not (random_cdc and random_cdc.broken) else 1
 
 
 if __name__ == "__main__":

@@ -9,7 +9,10 @@ protocol), so a trial takes seconds and a campaign searches thousands of interle
 A trial passes when the copy equals the table, or when the job failed by name for one of
 the reasons docs/limits.md lists (``REASONS``), each counted. Everything else fails it: a
 value lost, wrong or extra, a failure with another message, a job that never got live.
-The seed reproduces the trial: ``scripts/chaos --kinds cdc-random --seed N --trials 1``.
+The seed reproduces the trial: ``scripts/chaos --kinds cdc-random --cdc-seeds N`` (with
+``--cdc-driver`` as it ran); the timing of threads and processes is not reproduced, so a
+seed may need running a few times. Changing how a trial draws from its seed changes what
+every seed means, and the seeds kept as tests would then test something else.
 """
 
 from __future__ import annotations
@@ -88,8 +91,9 @@ class TrialResult:
         if self.broken:
             outcome = f"BROKEN: {self.broken}"
         return (
-            f"seed {self.seed} ({self.driver}, {self.table.name}: {shape}, {self.table.rows} rows, chunks of "
-            f"{self.chunk_rows}{', ' + self.ddl if self.ddl else ''}): {self.transactions} "
+            f"seed {self.seed} ({self.driver}, {self.table.name}: {shape}, {self.table.rows} "
+            f"rows, chunks of {self.chunk_rows}{', ' + self.ddl if self.ddl else ''}): "
+            f"{self.transactions} "
             f"transactions ({self.aborted} aborted), {self.kills} kills, {self.rows} rows "
             f"compared: {outcome}"
         )
@@ -295,7 +299,7 @@ class JobRuns:
 
 
 def run_job_trial(
-    seed: int, servers: Servers, spark_conf: dict[str, str], seconds: float = 8.0
+    seed: int, servers: Servers, spark_conf: dict[str, str], seconds: float = 6.0
 ) -> TrialResult:
     """A trial of ``backlog-cdc-job``: SIGKILLed at random moments and started again."""
     rng, spec, target_kind, chunk_rows, ddl = draw(seed)

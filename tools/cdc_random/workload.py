@@ -29,7 +29,7 @@ from tools.cdc_random.table import ODD, TableSpec, quote
 DDL = {
     "publish-insert-only": "ALTER PUBLICATION {publication} SET (publish = 'insert')",
     "table-dropped-from-publication": "ALTER PUBLICATION {publication} DROP TABLE {table}",
-    "replica-identity-full": "ALTER TABLE {table} REPLICA IDENTITY FULL",
+    "replica-identity-changed": "ALTER TABLE {table} REPLICA IDENTITY {other_identity}",
     "narrowed-type": f"ALTER TABLE {{table}} ALTER COLUMN {quote(ODD)} TYPE varchar(39)",
     "new-key": "ALTER TABLE {table} ADD COLUMN extra_key serial; "
     "ALTER TABLE {table} DROP CONSTRAINT {constraint}, ADD PRIMARY KEY (extra_key)",
@@ -108,7 +108,10 @@ class Workload:
         try:
             constraint = self._key_constraint(engine)
             statement = DDL[name].format(
-                table=self.spec.sql, publication=publication, constraint=quote(constraint)
+                table=self.spec.sql,
+                publication=publication,
+                constraint=quote(constraint),
+                other_identity="DEFAULT" if self.spec.identity == "full" else "FULL",
             )
             with engine.begin() as connection:
                 for part in statement.split("; "):

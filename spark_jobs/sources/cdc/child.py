@@ -67,6 +67,7 @@ from spark_jobs.sources.cdc.snapshot import Chunk, ChunkReader, Refresh, read_ch
 from spark_jobs.sources.cdc.table import (
     START_OVER,
     Key,
+    TableChangedError,
     TableError,
     TableShape,
     describe_table,
@@ -380,7 +381,13 @@ class PostgresCdcChild(ChildSource):
         REPLICA IDENTITY FULL, a table dropped from the publication, whose changes simply
         stop arriving.)"""
         kept = self.state.read(self.SHAPE)
-        self.chunk_reader.describe().check_unchanged(kept["table"])
+        try:
+            now = self.chunk_reader.describe()
+        except TableError as error:  # now a table the copy could not have begun with
+            raise TableChangedError(
+                f"table {self.shape.name} changed since the copy began: {error}; {START_OVER}"
+            ) from None
+        now.check_unchanged(kept["table"])
         slot = self.replication_slot
         if slot.publication_state() != kept["publication"]:
             slot.check_publication()  # names what is wrong with it now, if anything is

@@ -137,7 +137,18 @@ def check_logical_decoding(url: str) -> None:
         engine.dispose()
 
 
+#: The first release with what the source reads: publications of a schema's tables (for the
+#: publication's state) and ``pg_visible_in_snapshot``.
+OLDEST_SERVER = 150000
+
+
 def _check_wal_level(connection: sqlalchemy.Connection, where: str) -> None:
+    version = int(connection.execute(text("SHOW server_version_num")).scalar_one())
+    if version < OLDEST_SERVER:
+        raise SlotError(
+            f"the server at {where} runs PostgreSQL {version // 10000}; reading changes needs "
+            "PostgreSQL 15 or later"
+        )
     level = connection.execute(text("SHOW wal_level")).scalar_one()
     if level != "logical":
         raise SlotError(
@@ -322,11 +333,9 @@ class ReplicationSlot:
                     f"no publication {self.publication!r} on {self.where}: it was dropped "
                     "while the slot was kept; drop the slot too and read the table afresh"
                 )
-            newer = connection.execute(text("SHOW server_version_num")).scalar_one()
-            details = "attnames, rowfilter" if int(newer) >= 150000 else "NULL, NULL"
             carried = connection.execute(
                 text(
-                    f"SELECT {details}, (SELECT array_agg(attname::text ORDER BY attnum) "
+                    "SELECT attnames, rowfilter, (SELECT array_agg(attname::text ORDER BY attnum) "
                     "  FROM pg_attribute WHERE attrelid = c.oid AND attnum > 0 "
                     "  AND NOT attisdropped) AS columns "
                     "FROM pg_publication_tables pt JOIN pg_namespace n ON n.nspname = "

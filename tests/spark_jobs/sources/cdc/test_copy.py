@@ -380,3 +380,26 @@ def test_a_partitioned_table_is_copied_with_rows_moving_between_partitions(
             copy.step()
     finally:
         copy.close()
+
+
+def test_a_partitioned_table_s_identity_changed_on_its_root_alone_fails_by_name(
+    logical_server, database, tmp_path
+):
+    """Its partitions keep theirs: a table the copy could not begin with, named as a change."""
+    write(
+        database,
+        "CREATE TABLE split (id int PRIMARY KEY, note text) PARTITION BY RANGE (id)",
+        "CREATE TABLE split_low PARTITION OF split FOR VALUES FROM (MINVALUE) TO (100)",
+        "INSERT INTO split SELECT g, 'n' FROM generate_series(1, 10) g",
+    )
+    copy = CdcCopy(logical_server.url, "split", f"sqlite:///{tmp_path}/t.db", tmp_path / "s", 4)
+    try:
+        copy.step()
+        copy.until_live_and_idle()
+        write(database, "ALTER TABLE split REPLICA IDENTITY FULL")
+        with pytest.raises(
+            TableChangedError, match=r"changed since the copy began: .*partition split_low has"
+        ):
+            copy.step()
+    finally:
+        copy.close()
