@@ -295,6 +295,42 @@ def test_bad_fields_are_refused_by_name(make_reader, fields, message):
     assert "hunter2" not in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    ("create", "named"),
+    [
+        # Published, its table's every UPDATE and DELETE would fail: "does not have a
+        # replica identity".
+        (
+            "CREATE TABLE deferred (id int PRIMARY KEY DEFERRABLE, name text)",
+            r"its primary key deferred_pkey \(id\) is DEFERRABLE",
+        ),
+        (
+            "CREATE TABLE keyed_on_generated (a int, b int GENERATED ALWAYS AS (a * 2) STORED, "
+            "PRIMARY KEY (b))",
+            "primary-key column 'b' is generated",
+        ),
+    ],
+)
+def test_a_table_postgresql_cannot_publish_whole_is_refused_before_anything_is_made(
+    make_reader, database, create, named
+):
+    write(database, create)
+    table = create.split()[2]
+    made = text(
+        "SELECT (SELECT count(*) FROM pg_publication), (SELECT count(*) FROM pg_replication_slots)"
+    )
+    with database.connect() as connection:
+        before = connection.execute(made).one()
+    with pytest.raises(ChildSpecError, match=rf"table public\.{table}: {named}"):
+        make_reader(table=table)
+    with database.connect() as connection:
+        assert connection.execute(made).one() == before
+    write(
+        database,
+        f"UPDATE {table} SET a = 1" if "generated" in create else f"UPDATE {table} SET name = 'x'",
+    )
+
+
 def test_a_table_without_a_primary_key_is_refused(make_reader, database):
     write(database, "CREATE TABLE keyless (id int, name text)")
     with pytest.raises(ChildSpecError, match=r"table public\.keyless has no primary key"):
