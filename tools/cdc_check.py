@@ -114,16 +114,15 @@ def check_changes(
 
 def replay(changes: Sequence[Change]) -> dict[int, Account]:
     """The rows the changes leave, applied in stream order. A column an update left
-    unchanged (``_unchanged``) keeps the key's value, or for a key move's insert the value
-    of the row its transaction deleted just before."""
+    unchanged (``_unchanged``) keeps the key's value; a row with no value to keep (a key
+    move's insert) never comes: the source reads such a row again."""
     rows: dict[int, dict[str, Any]] = {}
-    deleted: dict[tuple[int, int], dict[str, Any]] = {}
     for change in sorted(changes, key=_position):
-        key, (lsn, seq) = change[KEY], _position(change)
+        key = change[KEY]
         if change["_op"] == "delete":
-            deleted[lsn, seq] = rows.pop(key, {})
+            rows.pop(key, None)
             continue
-        before = deleted.get((lsn, seq - 1), {}) if change["_op"] == "insert" else rows.get(key, {})
+        before = rows.get(key, {})
         values = {column: change[column] for column in Account._fields}
         for column in change.get("_unchanged") or ():
             values[column] = before.get(column)

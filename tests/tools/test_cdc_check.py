@@ -43,8 +43,9 @@ def account(version, balance=5, note="n"):
     return Account(version, balance, note, AT)
 
 
-#: Keys 1-3 in the snapshot; 1 updated twice, 2 deleted, 3 moved to 5 (its note unchanged,
-#: as a TOASTed one would be), 4 inserted; 1 and 4 then updated in one transaction.
+#: Keys 1-3 in the snapshot; 1 updated twice, 2 deleted, 3 moved to 5 (its TOASTed note
+#: unsent, so key 5 is read again: a snapshot row), 4 inserted; 1 and 4 then updated in one
+#: transaction; 5 updated with its note unchanged.
 CLEAN = [
     change("snapshot", 1, 1, 100),
     change("snapshot", 2, 3, 100),
@@ -53,17 +54,18 @@ CLEAN = [
     change("insert", 4, 1, 300),
     change("delete", 2, None, 400),
     change("delete", 3, None, 500, 0),
-    change("insert", 5, 2, 500, 1, note=None, unchanged=["note"]),
+    change("snapshot", 5, 2, 550, note="big"),
     change("update", 1, 3, 600, 0, balance=9),
     change("update", 4, 2, 600, 1),
+    change("update", 5, 3, 700, note=None, unchanged=["note"]),
 ]
-SOURCE = {1: account(3, balance=9), 4: account(2), 5: account(2, note="big")}
+SOURCE = {1: account(3, balance=9), 4: account(2), 5: account(3, note="big")}
 
 
 def test_a_clean_stream_and_copy_count_nothing():
     found = check_changes(CLEAN, SOURCE, dict(SOURCE))
     assert found.exact, found
-    assert (found.rows, found.versions, found.examples) == (3, 8, ())
+    assert (found.rows, found.versions, found.examples) == (3, 9, ())
 
 
 def test_the_replay_keeps_unchanged_values_and_drops_deleted_keys():
@@ -100,7 +102,7 @@ def test_a_change_emitted_twice_or_a_version_seen_twice_is_duplicated():
 
 
 def test_a_copy_that_differs_counts_its_keys():
-    copy = {1: account(2, balance=7), 5: account(2, note="big"), 6: account(1)}
+    copy = {1: account(2, balance=7), 5: account(3, note="big"), 6: account(1)}
     found = check_changes(CLEAN, SOURCE, copy)
     assert (found.lost, found.duplicated, found.stream_differs) == (0, 0, 0)
     assert found.copy_differs == 3  # key 1 old, key 4 missing, key 6 extra
@@ -112,7 +114,7 @@ def test_a_copy_that_differs_counts_its_keys():
 
 
 def test_kinds_seen_counts_each_op_and_the_two_key_transactions():
-    assert kinds_seen(CLEAN) == {"snapshot": 3, "update": 3, "insert": 2, "delete": 2, "pairs": 1}
+    assert kinds_seen(CLEAN) == {"snapshot": 4, "update": 4, "insert": 1, "delete": 2, "pairs": 1}
 
 
 def test_read_changes_takes_only_the_batches_written_whole(tmp_path):
