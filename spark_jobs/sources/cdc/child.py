@@ -514,12 +514,13 @@ class PostgresCdcChild(ChildSource):
         the batch's end would hold those keys later than the others, inconsistent (backlog)
         until the next batch. So in the changelog (``extend``) the batch goes on to the
         refresh's own transaction, taking what was committed meanwhile (and refreshing again
-        what that leaves incomplete), unless a transaction not yet visible is in the way."""
+        what that leaves incomplete), unless a transaction not yet visible is in the way or
+        the refreshes a batch may make run out."""
         index, rows = _refreshes(start), 0
         start_lsn, end_lsn = parse_lsn(start["lsn"]), parse_lsn(end["lsn"])
         # Moves are counted on the server; generated values read from unsent ones are not.
         decoded = bool(self.shape.generated_columns) and self.shape.replica_identity == "d"
-        for _ in range(REFRESHES_PER_BATCH):
+        for round_ in range(REFRESHES_PER_BATCH):
             if not (changelog.moves or decoded):
                 break
             coverage = self.coverage(end["chunks"], index)
@@ -529,7 +530,9 @@ class PostgresCdcChild(ChildSource):
             refresh = self._refresh_keys(index, keys)
             index, rows = index + 1, rows + len(keys)
             end["refreshes"] = index
-            if not extend:
+            # The last refresh a batch may make ends it where it is: running on would take
+            # rows written meanwhile that no refresh reads again.
+            if not extend or round_ == REFRESHES_PER_BATCH - 1:
                 break
             further = changelog.plan_until(end_lsn, refresh.settled_at)
             if further < refresh.high_watermark:
