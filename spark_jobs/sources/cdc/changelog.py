@@ -245,6 +245,7 @@ class Changelog:
         key = table.key_of(row)
         if change.operation == "insert" or old is None:
             return [_RowOfChange(change.operation, key, row, unchanged)]
-        if table.key_of(old) == key:
+        # A key of another text is a move, equal or not (numeric 1.5 set to 1.50).
+        if [str(v) for v in table.key_of(old)] == [str(v) for v in key]:
             return [_RowOfChange("update", key, row, unchanged)]
         return [_RowOfChange.delete(table, old), _RowOfChange("insert", key, row, unchanged)]

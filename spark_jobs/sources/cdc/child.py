@@ -410,6 +410,9 @@ class PostgresCdcChild(ChildSource):
         return False
 
     def plan(self, start: Position, limits: Limits) -> Planned:
+        # Records past the start are of a plan no offset logged (cut by an outage, say):
+        # this plan writes them again, maybe otherwise.
+        del self._covered[start["chunks"] :], self._refreshed[_refreshes(start) :]
         try:
             if start["phase"] == CHANGELOG:
                 planned = self._plan_changes(start, limits)

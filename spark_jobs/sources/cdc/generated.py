@@ -4,8 +4,8 @@ pgoutput leaves a generated column out of every change (PostgreSQL 18 sends it o
 publication asks). Its value is a function of the row's other columns (PostgreSQL requires
 the expression to be immutable), so the server that defined it computes it again from the
 row the change gives, a batch of rows in one statement: the rows' columns as text arrays,
-unnested and cast back to the table's types under the columns' own names, and the
-expressions selected over them (their output text, read as every value is).
+unnested and cast back to the table's types and collations under the columns' own names,
+and the expressions selected over them (their output text, read as every value is).
 
 A row must be whole for that. Where an update left a value unsent (TOASTed, unchanged) that
 an expression reads: if every column the expression reads was left unsent, its value did not
@@ -55,7 +55,10 @@ def compute(table: TableShape, rows: pa.Table, select: Select) -> pa.Table:
         for i, c in enumerate(inputs)
     }
     arrays = ", ".join(f"CAST(:c{i} AS text[])" for i in range(len(inputs)))
-    typed = ", ".join(f"CAST(v{i} AS {c.type_name}) AS {c.sql}" for i, c in enumerate(inputs))
+    typed = ", ".join(
+        f"CAST(v{i} AS {c.type_name}){f' COLLATE {c.collation}' if c.collation else ''} AS {c.sql}"
+        for i, c in enumerate(inputs)
+    )
     values = ", ".join(f"v{i}" for i in range(len(inputs)))
     expressions = ", ".join(
         f"CASE WHEN ({c.generated}) IS NULL THEN NULL ELSE format('%s', ({c.generated})) END"

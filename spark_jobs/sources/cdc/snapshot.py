@@ -53,7 +53,7 @@ from spark_jobs.sources.cdc import generated
 from spark_jobs.sources.cdc.bulk import copy_out
 from spark_jobs.sources.cdc.changes import Event, RelationCache, RowChange, events
 from spark_jobs.sources.cdc.lsn import format_lsn, parse_lsn
-from spark_jobs.sources.cdc.messages import Begin, Commit, Truncate
+from spark_jobs.sources.cdc.messages import UNCHANGED, Begin, Commit, Truncate
 from spark_jobs.sources.cdc.pgoutput import decode
 from spark_jobs.sources.cdc.slot import SESSION_SETTINGS, ReplicationSlot, SlotError
 from spark_jobs.sources.cdc.table import (
@@ -199,11 +199,14 @@ class _Changed:
         """One row change. An update that moves a row to a new key names the old one: a
         delete and an insert. Keys outside ``keys`` are never in the image."""
         table = self._table
-        old = None if change.old is None else table.key_of(table.typed_change(change.old))
+        old_row = None if change.old is None else table.typed_change(change.old)
+        old = None if old_row is None else table.key_of(old_row)
         if change.new is None:
             self._rows[old] = None
             return
         new = table.typed_change(change.new)
+        if old_row is not None:  # a TOASTed key (or, under FULL, any value) left unsent
+            new = {n: old_row.get(n, v) if v is UNCHANGED else v for n, v in new.items()}
         key = table.key_of(new)
         before = self._row(key if old is None else old)
         if old is not None:

@@ -194,6 +194,9 @@ class TableColumn:
     #: pgoutput sends no value for it, so the source server computes it (``generated.py``).
     generated: str | None = None
     generated_from: tuple[str, ...] = ()
+    #: The column's collation, qualified and quoted, where its type has one: what its
+    #: values compare and case-map by (an expression over them, say).
+    collation: str | None = None
 
     @property
     def kind(self) -> ColumnType:
@@ -479,6 +482,9 @@ _COLUMNS = text(
     "SELECT a.attname, quote_ident(a.attname) AS sql, a.atttypid, a.atttypmod, "
     "format_type(a.atttypid, a.atttypmod) AS type_name, "
     "CASE WHEN a.attgenerated = 's' THEN pg_get_expr(d.adbin, d.adrelid) END AS generated, "
+    "(SELECT quote_ident(cn.nspname) || '.' || quote_ident(co.collname) FROM pg_collation co "
+    "  JOIN pg_namespace cn ON cn.oid = co.collnamespace WHERE co.oid = a.attcollation) "
+    "  AS collation, "
     "ARRAY(SELECT r.attname::text FROM pg_depend dep JOIN pg_attribute r "
     "  ON r.attrelid = dep.refobjid AND r.attnum = dep.refobjsubid "
     "  WHERE dep.classid = 'pg_attrdef'::regclass AND dep.objid = d.oid "
@@ -604,6 +610,7 @@ def _described(table: str, column: sqlalchemy.Row, types: Mapping[int, Any]) -> 
         column.atttypmod,
         column.generated,
         tuple(column.generated_from) if column.generated else (),
+        column.collation,
     )
 
 

@@ -14,6 +14,7 @@ from sqlalchemy import text
 
 from spark_jobs.metrics.schema import make_engine
 from spark_jobs.sources.cdc import snapshot
+from spark_jobs.sources.cdc.child import PostgresCdcChild
 from spark_jobs.sources.cdc.table import TableChangedError
 from tests.spark_jobs.sources.cdc.conftest import BIG
 from tests.support.cdc_types import TYPE_COLUMNS, create_types_table
@@ -430,3 +431,104 @@ def test_a_batch_never_runs_on_past_rows_it_no_longer_reads_again(
     write(database, f"UPDATE {table} SET id = 101 WHERE id = 1")
     copy.until_live_and_idle()
     assert short_rows(target_url, copy.target_table) == short_rows(logical_server.url, table)
+
+
+@pytest.fixture
+def own_server() -> Iterator[PostgresServer]:
+    """A source server of the test's own, to stop and start."""
+    settings = {**LOGICAL_DECODING, "synchronous_commit": "on"}
+    with PostgresServer(database="shop", settings=settings) as server:
+        yield server
+
+
+def test_a_plan_cut_by_an_outage_leaves_no_record_of_its_chunks_behind(
+    own_server, tmp_path, monkeypatch
+):
+    """The server went away after a plan had read chunk 1 (50..70) and looked at its
+    records; ridden out in the same process, the next plan read chunk 1 again, to 80 now
+    that 55 was gone, but the records of the plan never logged stood: key 80 looked like
+    chunk 2's, whose image would hold its update."""
+    engine = make_engine(own_server.url)
+    ids = [10, 20, 30, 40, 50, 55, 60, 70, 80, 90, 100, 110, 120, 130]
+    write(
+        engine,
+        "CREATE TABLE t (id int PRIMARY KEY, name text)",
+        f"INSERT INTO t SELECT unnest(ARRAY{ids}), 'n'",
+    )
+    target = f"sqlite:///{tmp_path}/t.db"
+    copy = CdcCopy(own_server.url, "t", target, tmp_path / "state", 4, outageTimeout="5min")
+    try:
+        copy.step()
+        assert copy.step(max_rows=4)  # chunk 0: 10..40
+        write(engine, "UPDATE t SET id = 15 WHERE id = 20")  # the plan looks at coverage
+        health = PostgresCdcChild._health
+        cut = [True]
+
+        def away_once(child):
+            if cut and cut.pop():
+                own_server.stop()
+                try:
+                    return health(child)
+                finally:
+                    own_server.start()
+            return health(child)
+
+        monkeypatch.setattr(PostgresCdcChild, "_health", away_once)
+        assert not copy.step(max_rows=4)  # chunk 1 read, then the outage: no batch
+        engine.dispose()
+        write(engine, "DELETE FROM t WHERE id = 55")
+        assert copy.step(max_rows=4)  # chunk 1 again: 50..80
+        write(engine, "UPDATE t SET name = 'after chunk 1' WHERE id = 80")
+        copy.until_live_and_idle(max_rows=4)
+        found = compare(own_server.url, "t", target, copy.target_table, copy.shape)
+        assert [d.describe(copy.shape) for d in found] == []
+    finally:
+        copy.close()
+        engine.dispose()
+
+
+def test_a_numeric_key_set_to_an_equal_value_of_another_scale_is_moved(
+    copies, database, logical_server, target_url
+):
+    """1.5 and 1.50 are equal as numerics but read differently: the update was taken for
+    one that kept its key, and a copy kept '1.5' (SQLite: beside a new '1.50')."""
+    write(
+        database,
+        "CREATE TABLE IF NOT EXISTS priced (id numeric PRIMARY KEY, name text)",
+        "DELETE FROM priced",
+        "INSERT INTO priced VALUES (1.5, 'a'), (2, 'b'), (3.000, 'c')",
+    )
+    copy = copies("priced", chunk_rows=10)
+    copy.step()
+    copy.until_live_and_idle()
+    write(
+        database,
+        "UPDATE priced SET id = 1.50 WHERE id = 1.5",
+        "UPDATE priced SET id = 3, name = 'C' WHERE id = 3",
+    )
+    copy.until_live_and_idle()
+    found = compare(logical_server.url, "priced", target_url, copy.target_table, copy.shape)
+    assert [d.describe(copy.shape) for d in found] == []
+
+
+def test_generated_values_are_computed_under_their_columns_collations(
+    copies, database, logical_server, target_url
+):
+    """upper() under a Turkish collation dots the capital I; least() under "C" puts capitals
+    first. Computed under the database's default collation, both came out otherwise."""
+    write(
+        database,
+        "DROP TABLE IF EXISTS shouted",
+        'CREATE TABLE shouted (id int PRIMARY KEY, name text COLLATE "tr-x-icu", '
+        "shout text GENERATED ALWAYS AS (upper(name)) STORED, "
+        'a text COLLATE "C", b text COLLATE "C", '
+        "first text GENERATED ALWAYS AS (least(a, b)) STORED)",
+        "INSERT INTO shouted (id, name, a, b) VALUES (1, 'istanbul', 'a', 'B')",
+    )
+    copy = copies("shouted", chunk_rows=10)
+    copy.step()
+    copy.until_live_and_idle()
+    write(database, "INSERT INTO shouted (id, name, a, b) VALUES (2, 'izmir', 'b', 'A')")
+    copy.until_live_and_idle()
+    found = compare(logical_server.url, "shouted", target_url, copy.target_table, copy.shape)
+    assert [d.describe(copy.shape) for d in found] == []

@@ -361,6 +361,38 @@ def test_a_slot_advanced_past_the_low_watermark_is_refused(reader, slot, table, 
     assert not (tmp_path / "c.arrow").exists()
 
 
+def test_a_key_stored_out_of_line_is_taken_from_the_old_key_a_change_names(
+    logical_server, database, tmp_path
+):
+    """An update of another column sends a TOASTed key as unchanged in the new row, and the
+    key whole in the old one: the merge took the new row's placeholder for the key."""
+    keys = [f"k{i:03d}/" + "x" * 2_500 for i in range(8)]
+    write(
+        database,
+        'CREATE TABLE long_keys (id text COLLATE "C" PRIMARY KEY, name text)',
+        "ALTER TABLE long_keys ALTER COLUMN id SET STORAGE EXTERNAL",
+        *(f"INSERT INTO long_keys VALUES ('{key}', 'n')" for key in keys),
+    )
+    slot = slot_for(logical_server, "long_keys")
+    reader = ChunkReader(logical_server.url, "long_keys", slot)
+    updates = iter([f"UPDATE long_keys SET name = 'during' WHERE id = '{keys[2]}'"])
+
+    def update_once(step: str) -> None:
+        if step == "read" and (statement := next(updates, None)):
+            write(database, statement)
+
+    try:
+        chunk = reader.next_chunk(None, 5, str(tmp_path / "c.arrow"), update_once)
+    finally:
+        reader.close()
+        slot.drop()
+        slot.close()
+    image = read_chunk(chunk.path).to_pylist()
+    assert [(row["id"][:4], row["name"]) for row in image] == [
+        ("k000", "n"), ("k001", "n"), ("k002", "during"), ("k003", "n"), ("k004", "n")
+    ]  # fmt: skip
+
+
 def test_a_row_moved_in_from_outside_with_its_toasted_value_unsent_is_read_again(
     reader, table, database, tmp_path
 ):
