@@ -37,9 +37,11 @@ _SECRET_KEY = re.compile(_SECRET_WORDS, re.I)
 _URL_USERINFO = re.compile(_URL_PASSWORD)
 #: ``"sasl.password": "..."`` in JSON that could not be parsed (so ``redact`` cannot).
 _QUOTED_SECRET = re.compile(rf'("[^"]*(?:{_SECRET_WORDS})[^"]*"\s*:\s*)"(?:[^"\\]|\\.)*"', re.I)
-#: ``password="..."`` inside a value, as in Kafka's ``sasl.jaas.config``.
+#: ``password="..."`` inside a value, as in Kafka's ``sasl.jaas.config``, or
+#: ``password='...'`` in libpq's keyword form.
 _ASSIGNED_SECRET = re.compile(
-    r"((?:password|secret|token)\s*=\s*)(\\?\"[^\"\\]*\\?\"|[^\s;,]+)", re.I
+    r"((?:password|secret|token)\s*=\s*)(\\?\"[^\"\\]*\\?\"|'(?:[^'\\]|\\.|'')*'|[^\s;,]+)",
+    re.I,
 )
 
 

@@ -366,10 +366,12 @@ class PostgresCdcChild(ChildSource):
 
     def _keep_shape(self) -> None:
         if self.SHAPE not in self.state.names(self.SHAPE):
-            publication = self.replication_slot.publication_state()
-            self.state.write(
-                self.SHAPE, {"table": self.shape.signature(), "publication": publication}
-            )
+            kept = {
+                "table": self.shape.signature(),
+                "publication": self.replication_slot.publication_state(),
+                "catalog": self.chunk_reader.catalog().as_json(),
+            }
+            self.state.write(self.SHAPE, kept)
 
     def _check_unchanged(self) -> None:
         """Fail by name if the table or its publication changed since the copy began.
@@ -388,6 +390,8 @@ class PostgresCdcChild(ChildSource):
                 f"table {self.shape.name} changed since the copy began: {error}; {START_OVER}"
             ) from None
         now.check_unchanged(kept["table"])
+        if "catalog" in kept:  # a checkpoint from before catalogs were kept has none
+            self.chunk_reader.catalog().check_unchanged(self.shape.name, kept["catalog"])
         slot = self.replication_slot
         if slot.publication_state() != kept["publication"]:
             slot.check_publication()  # names what is wrong with it now, if anything is

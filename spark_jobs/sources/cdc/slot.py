@@ -24,6 +24,7 @@ the changelog a position of its own to commit, as Debezium's heartbeat does.
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -60,11 +61,12 @@ _OBJECT_IN_USE = "55006"
 #: into statements and options without quoting.
 _NAME = re.compile(r"[a-z0-9_]{1,63}")
 #: What every connection that decodes or reads rows sets first: the text of dates, times,
-#: bytea and floats in the form ``values.py`` reads.
+#: bytea and floats in the form ``values.py`` reads; and no row security, so that a read
+#: that a policy would filter fails instead (the slot decodes every row's changes).
 SESSION_SETTINGS = text(
     "SELECT set_config('DateStyle', 'ISO', false), set_config('TimeZone', 'UTC', false), "
     "set_config('bytea_output', 'hex', false), set_config('extra_float_digits', '1', false), "
-    "set_config('IntervalStyle', 'postgres', false)"
+    "set_config('IntervalStyle', 'postgres', false), set_config('row_security', 'off', false)"
 )
 #: Per transaction after the slot: where it ends, how many row changes (insert, update,
 #: delete, truncate) it holds, how many of them are updates that move a row to a new key
@@ -117,6 +119,7 @@ _PEEK = text(
 )
 
 T = TypeVar("T")
+logger = logging.getLogger(__name__)
 
 
 def check_name(what: str, name: str) -> None:
@@ -148,6 +151,12 @@ def _check_wal_level(connection: sqlalchemy.Connection, where: str) -> None:
         raise SlotError(
             f"the server at {where} runs PostgreSQL {version // 10000}; reading changes needs "
             "PostgreSQL 15 or later"
+        )
+    encoding = connection.execute(text("SHOW server_encoding")).scalar_one()
+    if encoding != "UTF8":
+        raise SlotError(
+            f"the database at {where} is encoded in {encoding}; the source reads databases "
+            "encoded in UTF8 (its changes come in the database's encoding, as bytes)"
         )
     level = connection.execute(text("SHOW wal_level")).scalar_one()
     if level != "logical":
@@ -302,6 +311,7 @@ class ReplicationSlot:
                 {"slot": self.slot},
             ).first()
             if existing is None:
+                self._say_what_the_slot_waits_for(connection)
                 connection.execute(
                     text("SELECT pg_create_logical_replication_slot(:slot, :plugin)"),
                     {"slot": self.slot, "plugin": PLUGIN},
@@ -313,6 +323,19 @@ class ReplicationSlot:
                     f"{PLUGIN!r} in {existing.here!r}: choose another slot name"
                 )
         self.check_publication()
+
+    def _say_what_the_slot_waits_for(self, connection: sqlalchemy.Connection) -> None:
+        """Creating a slot waits for every transaction in progress, a prepared one too, for
+        as long as it takes: say so when there are any."""
+        prepared = connection.execute(
+            text("SELECT gid, prepared FROM pg_prepared_xacts WHERE database = current_database()")
+        ).all()
+        if prepared:
+            logger.warning(
+                "creating replication slot %r on %s waits for %d prepared transaction(s) to "
+                "be committed or rolled back, the oldest %r prepared at %s",
+                self.slot, self.where, len(prepared), prepared[0].gid, prepared[0].prepared,
+            )  # fmt: skip
 
     def check_publication(self) -> None:
         """Refuse a publication that would not carry every change of the table: one that

@@ -25,8 +25,10 @@ be harmless, as a key's writes are serialized by its row lock, but is not needed
 A change the read did not see cannot always be applied: under REPLICA IDENTITY DEFAULT an
 update that moves a row to a new key and leaves a TOASTed value as it was does not send the
 value, and when the row came from a key outside the image, the value is nowhere at hand. The
-move committed before the high watermark, so a new read sees the row whole: the image is read
-again (``ValueNotAtHand``), a few times before the error is raised.
+image is then read again with the row of the key it moved from beside it
+(``ValueNotAtHand``): a move the read did not see is applied to that row, read in the same
+snapshot, as to the image's own (a move not yet visible, held by a standby, included).
+Only rows that keep moving in through ever new keys fail it, after a few reads.
 
 A refresh (``ChunkReader.refresh``) is the same read for a few keys anywhere in the table: the
 changelog's way to complete rows it cannot (see ``coverage.py``). Its image also says which of
@@ -51,6 +53,7 @@ from sqlalchemy.engine import make_url
 from spark_jobs.metrics.schema import installed_postgres_driver
 from spark_jobs.sources.cdc import generated
 from spark_jobs.sources.cdc.bulk import copy_out
+from spark_jobs.sources.cdc.catalog import CatalogState
 from spark_jobs.sources.cdc.changes import Event, RelationCache, RowChange, events
 from spark_jobs.sources.cdc.lsn import format_lsn, parse_lsn
 from spark_jobs.sources.cdc.messages import UNCHANGED, Begin, Commit, Truncate
@@ -136,6 +139,8 @@ K = TypeVar("K", bound=Keys)
 #: first retry (doubling): a move that is flushed but not yet visible shows up meanwhile.
 READ_ATTEMPTS = 8
 _RETRY_PAUSE_S = 0.05
+#: Keys whose rows an image reads beside its own, at most: rows moved in from them.
+BESIDE_KEYS = 256
 
 
 def merge(
@@ -146,17 +151,19 @@ def merge(
     high_watermark: int,
     read: Visibility,
     complete: Callable[[pa.Table], pa.Table] = lambda rows: rows,
+    around: pa.Table | None = None,
 ) -> pa.Table:
     """``image`` (the rows as read, in key order, as ``TableShape.typed_table`` gives them)
     with the transactions the read did not see that end at or before ``high_watermark``
     applied in order, for keys in ``keys`` only; sorted by key. Changes are applied as they
     stream by: a transaction is judged at its Begin, by where its commit starts.
-    ``ValueNotAtHand`` if a row moved in from a key outside ``keys`` left a value unsent.
+    ``ValueNotAtHand`` if a row moved in from a key outside ``keys`` left a value unsent
+    and ``around`` (rows read with the image, of keys outside it) does not hold it either.
     ``complete`` gives the rows the changes made their generated values.
 
     The rows stay in Arrow: only the keys the changes touch are held as Python rows, and
     the image is filtered and reordered once at the end."""
-    changed = _Changed(image, table, complete)
+    changed = _Changed(image, table, keys, complete, around)
     applying = False
     for event in changes:
         if isinstance(event, Begin):
@@ -168,19 +175,32 @@ def merge(
                 changed.truncate()
         elif event.relation.relation_id == table.oid:
             table.check_relation(event.relation, "while a snapshot chunk was read")
-            changed.apply(event, keys)
+            changed.apply(event)
     return changed.image()
 
 
 class _Changed:
-    """The rows the changes touched, by key (None: deleted), over the image as read."""
+    """The rows the changes touched, by key (None: deleted), over the image as read and the
+    rows read around it (only ever rows a change moves from)."""
 
     def __init__(
-        self, image: pa.Table, table: TableShape, complete: Callable[[pa.Table], pa.Table]
+        self,
+        image: pa.Table,
+        table: TableShape,
+        keys: Keys,
+        complete: Callable[[pa.Table], pa.Table],
+        around: pa.Table | None,
     ):
-        self._read, self._table, self._complete = image, table, complete
+        self._read, self._table, self._keys_held = image, table, keys
+        self._complete, self._around = complete, around
         self._rows: dict[Key, Row | None] = {}
         self._truncated = False
+
+    @cached_property
+    def _around_positions(self) -> dict[Key, int]:
+        if self._around is None:
+            return {}
+        return {key: i for i, key in enumerate(self._table.keys_of(self._around))}
 
     @cached_property
     def _keys(self) -> list[Key]:
@@ -195,9 +215,9 @@ class _Changed:
         self._rows.clear()
         self._truncated = True
 
-    def apply(self, change: RowChange, keys: Keys) -> None:
+    def apply(self, change: RowChange) -> None:
         """One row change. An update that moves a row to a new key names the old one: a
-        delete and an insert. Keys outside ``keys`` are never in the image."""
+        delete and an insert. Keys outside the image's are never in it."""
         table = self._table
         old_row = None if change.old is None else table.typed_change(change.old)
         old = None if old_row is None else table.key_of(old_row)
@@ -209,16 +229,28 @@ class _Changed:
             new = {n: old_row.get(n, v) if v is UNCHANGED else v for n, v in new.items()}
         key = table.key_of(new)
         before = self._row(key if old is None else old)
+        if before is None and old is not None and UNCHANGED in new.values():
+            raise ValueNotAtHand(
+                f"an update of {table.name} moved a row to key {list(table.json_key(key) or [])}"
+                f" and left a TOASTed value unchanged, from key "
+                f"{list(table.json_key(old) or [])}, whose row is not at hand",
+                moved_from=old,
+            )
         if old is not None:
             self._rows[old] = None
-        if key in keys:
+        if key in self._keys_held or key in self._around_positions:
             self._rows[key] = table.whole_row(new, before)
 
     def _row(self, key: Key) -> Row | None:
         if key in self._rows:
             return self._rows[key]
-        position = None if self._truncated else self._positions.get(key)
-        return None if position is None else self._table.row_at(self._read, position)
+        if self._truncated:
+            return None
+        position = self._positions.get(key)
+        if position is not None:
+            return self._table.row_at(self._read, position)
+        around = self._around_positions.get(key)
+        return None if around is None else self._table.row_at(self._around, around)
 
     def image(self) -> pa.Table:
         """The image as read, less the touched keys' rows, plus their rows now, in key order."""
@@ -230,7 +262,11 @@ class _Changed:
             else [i for i, key in enumerate(self._keys) if key not in self._rows]
         )
         now = sorted(
-            ((key, row) for key, row in self._rows.items() if row is not None),
+            (
+                (key, row)
+                for key, row in self._rows.items()
+                if row is not None and key in self._keys_held
+            ),
             key=lambda item: item[0],
         )
         rows = self._complete(pa.table(self._table.arrow_columns([row for _, row in now])))
@@ -293,6 +329,11 @@ class ChunkReader:
         """The table as the catalog has it now."""
         return describe_table(self._engine, self._name)
 
+    def catalog(self) -> CatalogState:
+        """What the catalog says of the table now, besides its shape (``catalog.py``)."""
+        with self._engine.connect() as connection:
+            return CatalogState.read(connection, self.table.oid)
+
     def next_chunk(
         self,
         after_key: list[Any] | None,
@@ -326,18 +367,20 @@ class ChunkReader:
         """The rows of ``keys`` now, merged as a chunk is and written to ``path``, the keys
         with no row as deletes."""
         rows = [self.table.json_key(key) or [] for key in keys]
-        casts = ", ".join(f"CAST(%s AS {c.type_name})" for c in self.table.key_columns)
-        where = f"WHERE ({self._key_sql}) IN ({', '.join([f'({casts})'] * len(rows))}) "
         wanted = frozenset(keys)
-        image, _, _, high = self._image(
-            where, [v for row in rows for v in row], None, lambda _: wanted, _no_pause
-        )
+        image, _, _, high = self._image(*self._where_keys(keys), None, lambda _: wanted, _no_pause)
         present = set(self.table.keys_of(image))
         write_image(path, self.table, image, high, sorted(wanted - present))
         return Refresh(rows, image.num_rows, high, self._slot.current_wal_lsn(), path)
 
     def close(self) -> None:
         self._engine.dispose()
+
+    def _where_keys(self, keys: Collection[Key]) -> tuple[str, list[Any]]:
+        """The condition (with its values) that selects the rows of ``keys``."""
+        casts = ", ".join(f"CAST(%s AS {c.type_name})" for c in self.table.key_columns)
+        where = f"WHERE ({self._key_sql}) IN ({', '.join([f'({casts})'] * len(keys))}) "
+        return where, [v for key in keys for v in self.table.json_key(key) or []]
 
     @cached_property
     def _key_sql(self) -> str:
@@ -354,10 +397,12 @@ class ChunkReader:
         """The rows ``where`` selects (at most ``limit``) between a low and a high watermark,
         merged with what the read did not see for the keys ``keys_of`` the rows read: the
         image, those keys, its low and its high watermark. Read again while a row moved in
-        is not at hand (see the module's docstring)."""
-        pause_s = _RETRY_PAUSE_S
-        for attempt in range(READ_ATTEMPTS):
-            low, read, found = self._read(where, values, limit, pause)
+        is not at hand, with the row it moved from read beside it from then on (a key it
+        came through, a temporary key of swaps, say; or a move not visible yet, whose old
+        row still is)."""
+        pause_s, beside, attempt = _RETRY_PAUSE_S, [], 0
+        while True:
+            low, read, found, around = self._read(where, values, limit, pause, beside)
             keys = keys_of(found)
             pause("read")
             high = self._high_watermark()
@@ -379,9 +424,15 @@ class ChunkReader:
                     high,
                     read,
                     lambda rows: generated.compute(self.table, rows, self._slot.select),
+                    around,
                 )
             except ValueNotAtHand as missing:
-                if attempt == READ_ATTEMPTS - 1:
+                new_key = missing.moved_from is not None and missing.moved_from not in beside
+                if new_key and len(beside) < BESIDE_KEYS:
+                    beside.append(missing.moved_from)
+                    continue
+                attempt += 1
+                if attempt == READ_ATTEMPTS:
                     raise ValueNotAtHand(
                         f"{missing}, in each of {READ_ATTEMPTS} reads of an image of "
                         f"{self.table.name}: a row keeps moving in while it is read"
@@ -390,12 +441,17 @@ class ChunkReader:
                 pause_s *= 2
                 continue
             return merged, keys, low, high
-        raise AssertionError("unreachable")
 
     def _read(
-        self, where: str, values: list[Any], limit: int | None, pause: Callable[[str], None]
-    ) -> tuple[int, Visibility, pa.Table]:
-        """The low watermark, then in one transaction its snapshot and the rows."""
+        self,
+        where: str,
+        values: list[Any],
+        limit: int | None,
+        pause: Callable[[str], None],
+        beside: Collection[Key] = (),
+    ) -> tuple[int, Visibility, pa.Table, pa.Table | None]:
+        """The low watermark, then in one transaction its snapshot, the rows, and the rows
+        of the keys ``beside``."""
         with self._engine.connect() as connection:
             connection.execute(SESSION_SETTINGS)
             low = connection.execute(text("SELECT pg_current_wal_insert_lsn()::text")).scalar()
@@ -403,8 +459,9 @@ class ChunkReader:
             pause("low")
             snapshot = connection.execute(text("SELECT pg_current_snapshot()::text")).scalar()
             found = self._copy(connection, where, values, limit)
+            around = self._copy(connection, *self._where_keys(beside), None) if beside else None
             connection.commit()
-        return parse_lsn(low), Visibility.parse(snapshot), found
+        return parse_lsn(low), Visibility.parse(snapshot), found, around
 
     def _copy(
         self, connection: sqlalchemy.Connection, where: str, values: list[Any], limit: int | None

@@ -165,7 +165,11 @@ class TableChangedError(ChangeStreamError):
 
 class ValueNotAtHand(ChangeStreamError):
     """An update left a value unsent (TOASTed, unchanged) and moved the row from a key whose
-    row is not at hand: the row must be read from the table again."""
+    row is not at hand (``moved_from``, where known): that row must be read too."""
+
+    def __init__(self, message: str, moved_from: Key | None = None):
+        super().__init__(message)
+        self.moved_from = moved_from
 
 
 class TableError(ValueError):
@@ -474,7 +478,11 @@ _RELATION = text(
     "c.relreplident, (SELECT i.indexrelid::regclass::text FROM pg_index i "
     "  WHERE i.indrelid = c.oid AND i.indisreplident AND NOT i.indisprimary) AS other_index, "
     "(SELECT con.conname FROM pg_constraint con WHERE con.conrelid = c.oid "
-    "  AND con.contype = 'p' AND con.condeferrable) AS deferrable_key "
+    "  AND con.contype = 'p' AND con.condeferrable) AS deferrable_key, "
+    "(SELECT i.inhparent::regclass::text FROM pg_inherits i WHERE i.inhrelid = c.oid) "
+    "  AS parent, c.relispartition, "
+    "(SELECT i.inhrelid::regclass::text FROM pg_inherits i WHERE i.inhparent = c.oid "
+    "  AND c.relkind = 'r' LIMIT 1) AS child, c.relrowsecurity "
     "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
     "WHERE c.oid = to_regclass(:name)"
 )
@@ -541,6 +549,7 @@ def describe_table(engine: sqlalchemy.Engine, table: str) -> TableShape:
             raise TableError(
                 f"{what} {table!r} on {where}: a snapshot reads an ordinary or partitioned table"
             )
+        _check_whole(connection, found)
         columns = connection.execute(_COLUMNS, {"oid": found.oid}).all()
         types = {t.oid: t for t in connection.execute(_TYPES, {"oid": found.oid})}
         key = connection.execute(_KEY, {"oid": found.oid}).all()
@@ -590,6 +599,35 @@ def describe_table(engine: sqlalchemy.Engine, table: str) -> TableShape:
         found.relreplident,
         tuple(p.oid for p in partitions),
     )
+
+
+def _check_whole(connection: sqlalchemy.Connection, found: sqlalchemy.Row) -> None:
+    """Refuse a table whose rows a snapshot and its changes would not both see whole: a
+    partition (its changes are published as its root's), a table with inheritance children
+    (a read of it holds theirs, whose changes name them), one whose row security would hide
+    rows from the reader (the slot decodes them all)."""
+    if found.relispartition:
+        raise TableError(
+            f"table {found.name} is a partition of {found.parent}, whose changes are published "
+            f"as {found.parent}'s: copy {found.parent}"
+        )
+    if found.child is not None:
+        raise TableError(
+            f"table {found.name} has inheritance children ({found.child}): a read of it holds "
+            "their rows, whose changes name them, not it; copy each table apart, or "
+            "partition it"
+        )
+    if found.relrowsecurity:
+        try:
+            with connection.begin_nested():
+                connection.execute(text("SET LOCAL row_security = off"))
+                connection.execute(text(f"SELECT 1 FROM {found.name} LIMIT 0"))
+        except sqlalchemy.exc.DBAPIError:
+            raise TableError(
+                f"table {found.name} has row-level security that hides rows from this role, "
+                "while its changes show them all: connect as a role with BYPASSRLS (or the "
+                "table's owner)"
+            ) from None
 
 
 def _described(table: str, column: sqlalchemy.Row, types: Mapping[int, Any]) -> TableColumn:

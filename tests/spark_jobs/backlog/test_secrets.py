@@ -102,3 +102,10 @@ def test_a_url_without_a_password_is_left_as_it_is(url):
     assert make_url(url).password is None
     assert redact_text(url) == url
     assert not re.search(SPARK_REDACTION_REGEX, url)
+
+
+def test_a_password_in_single_quotes_is_hidden_whole():
+    """libpq's keyword form quotes a value with spaces in single quotes."""
+    shown = redact_text("host=db user=me password='my secret pw' dbname=shop")
+    assert "secret" not in shown and "pw" not in shown.split("dbname")[0].split("password")[1]
+    assert shown.endswith("dbname=shop")

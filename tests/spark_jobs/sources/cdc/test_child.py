@@ -331,6 +331,70 @@ def test_a_table_postgresql_cannot_publish_whole_is_refused_before_anything_is_m
     )
 
 
+@pytest.mark.parametrize(
+    ("setup", "name", "named"),
+    [
+        # A read of a parent holds its children's rows, whose changes name the children.
+        (
+            "CREATE TABLE parent_t (id int PRIMARY KEY, name text); "
+            "CREATE TABLE child_t (extra int) INHERITS (parent_t)",
+            "parent_t",
+            r"table public\.parent_t has inheritance children \(child_t\)",
+        ),
+        # A partition's changes are published as its root's.
+        (
+            "CREATE TABLE root_t (id int PRIMARY KEY) PARTITION BY RANGE (id); "
+            "CREATE TABLE leaf_t PARTITION OF root_t FOR VALUES FROM (0) TO (10)",
+            "leaf_t",
+            r"table public\.leaf_t is a partition of root_t, .*copy root_t",
+        ),
+    ],
+)
+def test_a_table_whose_rows_a_read_and_its_changes_see_apart_is_refused(
+    make_reader, database, setup, name, named
+):
+    write(database, *setup.split("; "))
+    with pytest.raises(ChildSpecError, match=named):
+        make_reader(table=name)
+
+
+def test_row_security_that_hides_rows_from_the_reader_is_refused(
+    make_reader, database, logical_server, filled, monkeypatch
+):
+    """The snapshot would read what the policy shows, the slot decode every change: the
+    copy would hold fewer rows than the table and call itself live."""
+    write(
+        database,
+        "CREATE ROLE limited LOGIN REPLICATION",
+        f"GRANT SELECT ON {filled} TO limited",
+        f"ALTER TABLE {filled} ENABLE ROW LEVEL SECURITY",
+        f"CREATE POLICY first_rows ON {filled} FOR SELECT USING (id < 10)",
+    )
+    limited = logical_server.url.replace("postgres@", "limited@")
+    try:
+        with pytest.raises(ChildSpecError, match="row-level security that hides rows"):
+            make_reader(connection=limited)
+    finally:
+        write(database, f"ALTER TABLE {filled} DISABLE ROW LEVEL SECURITY")
+
+
+def test_a_database_not_in_utf8_is_refused_before_anything_is_made(
+    make_reader, database, logical_server
+):
+    engine = database.execution_options(isolation_level="AUTOCOMMIT")
+    with engine.connect() as connection:
+        connection.execute(
+            text(
+                "CREATE DATABASE latin TEMPLATE template0 ENCODING 'LATIN1' "
+                "LC_COLLATE 'C' LC_CTYPE 'C'"
+            )
+        )
+    latin = logical_server.url.rsplit("/", 1)[0] + "/latin"
+    write(make_engine(latin), "CREATE TABLE t (id int PRIMARY KEY, name text)")
+    with pytest.raises(ChildSpecError, match="is encoded in LATIN1; the source reads"):
+        make_reader(connection=latin, table="t")
+
+
 def test_a_table_without_a_primary_key_is_refused(make_reader, database):
     write(database, "CREATE TABLE keyless (id int, name text)")
     with pytest.raises(ChildSpecError, match=r"table public\.keyless has no primary key"):

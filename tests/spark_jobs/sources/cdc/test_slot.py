@@ -444,3 +444,33 @@ def test_health_says_what_the_slot_keeps(slot, table, database):
     later = slot.health()
     assert later.retained_wal_bytes > health.retained_wal_bytes + 50_000
     assert later.trailing_wal_bytes > 50_000
+
+
+def test_a_slot_made_while_a_prepared_transaction_waits_says_what_it_waits_for(tmp_path, caplog):
+    """Creating a slot waits for every transaction in progress, a prepared one for as long
+    as it stays prepared: the first start looked hung without a word."""
+    settings = {**LOGICAL_DECODING, "max_prepared_transactions": "2"}
+    with PostgresServer(database="shop", settings=settings) as server:
+        engine = make_engine(server.url)
+        with engine.begin() as connection:
+            connection.execute(text("CREATE TABLE t (id int PRIMARY KEY)"))
+        with engine.connect() as connection:
+            connection.execute(text("BEGIN"))
+            connection.execute(text("INSERT INTO t VALUES (1)"))
+            connection.execute(text("PREPARE TRANSACTION 'held by an app'"))
+            connection.commit()
+        slot = ReplicationSlot(server.url, "waiting", "waiting", "t")
+        made = threading.Thread(target=slot.ensure)
+        made.start()
+        deadline = time.monotonic() + 10
+        while "waits for 1 prepared transaction" not in caplog.text:
+            assert time.monotonic() < deadline, caplog.text
+            time.sleep(0.05)
+        assert "'held by an app'" in caplog.text and made.is_alive()
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
+            connection.execute(text("COMMIT PREPARED 'held by an app'"))
+        made.join(30)
+        assert slot.confirmed_flush_lsn() > 0
+        slot.drop()
+        slot.close()
+        engine.dispose()

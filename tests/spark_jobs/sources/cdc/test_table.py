@@ -49,7 +49,7 @@ def test_columns_in_order_and_a_composite_key_in_the_keys_order(database):
     shape = describe_table(database, "described")
     assert shape.name == "public.described"
     assert shape.columns == (
-        TableColumn("region", "region", 25, "text"),
+        TableColumn("region", "region", 25, "text", collation='pg_catalog."C"'),
         TableColumn("day", "day", 1082, "date"),
         TableColumn("id", "id", 20, "bigint"),
     )
