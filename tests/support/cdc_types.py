@@ -18,18 +18,13 @@ from dataclasses import dataclass
 from sqlalchemy import text
 
 from spark_jobs.metrics.schema import make_engine
+from tools.cdc_compare import OUTPUT_SETTINGS, output_text
+
+__all__ = ["OUTPUT_SETTINGS", "output_text"]  # read from here by the tests of every type
 
 #: 12,000 random letters: they do not compress, and are well past the 2 kB at which
 #: PostgreSQL moves a value out of line.
 TOASTED = "".join(random.Random(12_000).choices(string.ascii_letters, k=12_000))
-#: The settings under which the source reads the server's text (``slot.py`` sets them).
-OUTPUT_SETTINGS = (
-    "SET DateStyle = ISO",
-    "SET TimeZone = 'UTC'",
-    "SET bytea_output = hex",
-    "SET extra_float_digits = 1",
-    "SET IntervalStyle = postgres",
-)
 #: An enum and domains the table's columns use, created once per database.
 TYPES = (
     "CREATE TYPE cdc_mood AS ENUM ('sad', 'ok', 'happy', 'a \"b\" c')",
@@ -202,12 +197,6 @@ ROWS = 1 + max(len(column.values) for column in TYPE_COLUMNS)
 def literal(value: str) -> str:
     """``value`` as an SQL string literal (standard_conforming_strings on)."""
     return "'" + value.replace("'", "''") + "'"
-
-
-def output_text(sql: str) -> str:
-    """An SQL expression of the output function's text of ``sql`` (NULL stays NULL), as the
-    source reads a value."""
-    return f"CASE WHEN {sql} IS NULL THEN NULL ELSE format('%s', {sql}) END"
 
 
 def create_types_table(url: str, table: str = "every_type") -> None:

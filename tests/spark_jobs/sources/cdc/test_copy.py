@@ -534,6 +534,22 @@ def test_generated_values_are_computed_under_their_columns_collations(
     assert [d.describe(copy.shape) for d in found] == []
 
 
+def live_mood_copy(copies, database, table: str) -> CdcCopy:  # type: ignore[no-untyped-def]
+    """``table`` (an enum column, a text one; ten rows) made afresh and copied until live."""
+    write(
+        database,
+        f"DROP TABLE IF EXISTS {table}",
+        f"DROP TYPE IF EXISTS {table}_mood",
+        f"CREATE TYPE {table}_mood AS ENUM ('sad', 'ok')",
+        f"CREATE TABLE {table} (id int PRIMARY KEY, mood {table}_mood, note text)",
+        f"INSERT INTO {table} SELECT g, 'ok', 'n' || g FROM generate_series(1, 10) g",
+    )
+    copy = copies(table, chunk_rows=4)
+    copy.step()
+    copy.until_live_and_idle()
+    return copy
+
+
 @pytest.mark.parametrize(
     ("ddl", "named"),
     [
@@ -548,19 +564,8 @@ def test_generated_values_are_computed_under_their_columns_collations(
 def test_ddl_that_changes_rows_without_a_change_fails_by_name(
     copies, database, target_url, ddl, named
 ):
-    kind = target_url.split(":")[0]
-    table = f"rewritten_{kind}"
-    write(
-        database,
-        f"DROP TABLE IF EXISTS {table}",
-        f"DROP TYPE IF EXISTS {table}_mood",
-        f"CREATE TYPE {table}_mood AS ENUM ('sad', 'ok')",
-        f"CREATE TABLE {table} (id int PRIMARY KEY, mood {table}_mood, note text)",
-        f"INSERT INTO {table} SELECT g, 'ok', 'n' || g FROM generate_series(1, 10) g",
-    )
-    copy = copies(table, chunk_rows=4)
-    copy.step()
-    copy.until_live_and_idle()
+    table = f"rewritten_{target_url.split(':')[0]}"
+    copy = live_mood_copy(copies, database, table)
     write(database, *ddl.format(t=table).split("; "))
     with pytest.raises(TableChangedError, match=rf"changed since the copy began: {named}"):
         copy.until_live_and_idle()
@@ -571,19 +576,8 @@ def test_ddl_that_leaves_the_rows_as_they_were_lets_the_copy_go_on(
 ):
     """A rewrite alone (VACUUM FULL), a column's catalog row alone (a default, statistics),
     an enum label added: nothing copied changed."""
-    kind = target_url.split(":")[0]
-    table = f"kept_{kind}"
-    write(
-        database,
-        f"DROP TABLE IF EXISTS {table}",
-        f"DROP TYPE IF EXISTS {table}_mood",
-        f"CREATE TYPE {table}_mood AS ENUM ('sad', 'ok')",
-        f"CREATE TABLE {table} (id int PRIMARY KEY, mood {table}_mood, note text)",
-        f"INSERT INTO {table} SELECT g, 'ok', 'n' || g FROM generate_series(1, 10) g",
-    )
-    copy = copies(table, chunk_rows=4)
-    copy.step()
-    copy.until_live_and_idle()
+    table = f"kept_{target_url.split(':')[0]}"
+    copy = live_mood_copy(copies, database, table)
     write(
         database,
         f"ALTER TABLE {table} ALTER COLUMN note SET DEFAULT 'd'",
