@@ -5,6 +5,7 @@ the randomized CDC campaign drive, without a JVM."""
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,21 +15,14 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 
 from spark_jobs.backlog.table_names import as_part, split_table_name
 from spark_jobs.jobs.merge.target import MergeTarget
-from spark_jobs.sources.cdc.child import (
-    PostgresCdcChild,
-    change_schema,
-    default_slot_name,
-    describe,
-    teardown,
-)
+from spark_jobs.sources.cdc.child import PostgresCdcChild, default_slot_name
+from spark_jobs.sources.cdc.connection import change_schema, describe, teardown
 from spark_jobs.sources.hybrid import HybridStreamReader
 from tools.micro_batches import MicroBatches, no_fault
 
-QUERY_ID = "query"
-
 
 class CdcCopy:
-    """``table`` of ``source_url`` copied into ``target_url`` (``copy_of_<table>``)."""
+    """``table`` of ``source_url`` copied into ``target_url`` (``copy_of_<table>_<query>``)."""
 
     def __init__(
         self,
@@ -46,7 +40,10 @@ class CdcCopy:
         spec |= {"chunkRows": chunk_rows, **fields}
         self.options = {"sources": json.dumps([spec]), "stateLocation": str(state)}
         self.shape = describe("cdc", source_url, table)
-        self.target_table = as_part(f"copy_of_{split_table_name(table)[-1]}")
+        # A target table and a query of its own: copies of one table into one database
+        # (tests of one server, trials of one campaign) never meet.
+        self.query_id = uuid.uuid4().hex
+        self.target_table = as_part(f"copy_of_{split_table_name(table)[-1]}_{self.query_id[:8]}")
         self.target = MergeTarget(target_url, self.target_table, self.shape, 10.0)
         self.batches = MicroBatches(self._reader, self._merge, fault)
 
@@ -54,7 +51,7 @@ class CdcCopy:
         return HybridStreamReader(self.options, from_arrow_schema(change_schema(self.shape)))
 
     def _merge(self, batch: int, rows) -> None:  # type: ignore[no-untyped-def]
-        self.target.merge(rows, QUERY_ID, str(self.state), batch, start_over=False)
+        self.target.merge(rows, self.query_id, str(self.state), batch, start_over=False)
 
     @property
     def child(self) -> PostgresCdcChild:

@@ -31,7 +31,7 @@ from pathlib import Path
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.streaming.datasource import ReadMaxRows
 
-from spark_jobs.sources.cdc.child import change_schema, describe, teardown
+from spark_jobs.sources.cdc.connection import change_schema, describe, teardown
 from spark_jobs.sources.hybrid import HybridStreamReader
 from tools.cdc_data import ChangeWriter, create_accounts
 from tools.postgres import LOGICAL_DECODING, PostgresServer

@@ -38,9 +38,10 @@ import pyarrow.csv as pa_csv
 
 from spark_jobs.jobs.merge.target import MergeTarget
 from spark_jobs.metrics.schema import make_engine
+from spark_jobs.sources.cdc.describe import describe_table
 from spark_jobs.sources.cdc.slot import ReplicationSlot
 from spark_jobs.sources.cdc.snapshot import ChunkReader, read_chunk
-from spark_jobs.sources.cdc.table import TableShape, describe_table
+from spark_jobs.sources.cdc.table import TableShape
 from tools.cdc_data import ChangeWriter, create_accounts
 from tools.postgres import LOGICAL_DECODING, PostgresServer
 

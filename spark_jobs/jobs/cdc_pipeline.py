@@ -49,14 +49,8 @@ from spark_jobs.jobs.merge.record import MergeRefused, judge, query_id
 from spark_jobs.jobs.merge.target import MergeTarget
 from spark_jobs.jobs.merge_sink import MergeSink
 from spark_jobs.metrics.schema import with_password
-from spark_jobs.sources.cdc.child import (
-    DEFAULT_CHUNK_ROWS,
-    PostgresCdcChild,
-    checked_table,
-    connection_url,
-    default_slot_name,
-    teardown,
-)
+from spark_jobs.sources.cdc.child import DEFAULT_CHUNK_ROWS, PostgresCdcChild, default_slot_name
+from spark_jobs.sources.cdc.connection import checked_table, connection_url, teardown
 from spark_jobs.sources.cdc.slot import SlotError
 from spark_jobs.sources.cdc.table import TableChangedError, TableShape
 from spark_jobs.sources.children import ChildSpecError

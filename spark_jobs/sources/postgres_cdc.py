@@ -18,7 +18,8 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
 from spark_jobs.backlog.values import parse_count
-from spark_jobs.sources.cdc.child import PostgresCdcChild, change_schema, connection_url, describe
+from spark_jobs.sources.cdc.child import PostgresCdcChild
+from spark_jobs.sources.cdc.connection import change_schema, connection_url, describe
 from spark_jobs.sources.children import ChildSpecError
 from spark_jobs.sources.hybrid import HybridOptionError, HybridStreamReader
 

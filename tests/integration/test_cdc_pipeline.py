@@ -28,8 +28,8 @@ from spark_jobs.jobs.merge_sink import pieces, written_batches
 from spark_jobs.jobs.startup import job_environment
 from spark_jobs.metrics.schema import make_engine
 from spark_jobs.sources.cdc.child import default_slot_name
+from spark_jobs.sources.cdc.describe import describe_table
 from spark_jobs.sources.cdc.lsn import parse_lsn
-from spark_jobs.sources.cdc.table import describe_table
 from tests.integration.jobs import (
     JobDirs,
     base_conf,

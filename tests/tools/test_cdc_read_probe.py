@@ -4,7 +4,7 @@ PostgreSQL servers."""
 import pytest
 
 from spark_jobs.metrics.schema import make_engine
-from spark_jobs.sources.cdc.table import describe_table
+from spark_jobs.sources.cdc.describe import describe_table
 from tests.support.postgres import LOGICAL_DECODING, PostgresServer
 from tests.tools.commands import assert_script_runs_module
 from tools.cdc_data import create_accounts, table_rows

@@ -31,7 +31,8 @@ from pathlib import Path
 
 from spark_jobs.jobs.startup import job_environment
 from spark_jobs.metrics.schema import make_engine
-from spark_jobs.sources.cdc.child import default_slot_name, describe, teardown
+from spark_jobs.sources.cdc.child import default_slot_name
+from spark_jobs.sources.cdc.connection import describe, teardown
 from spark_jobs.sources.cdc.table import TableShape
 from tools.cdc_compare import Difference, compare
 from tools.cdc_copy import CdcCopy

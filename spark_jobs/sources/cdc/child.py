@@ -35,43 +35,40 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
-import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
-import pyarrow as pa
 import sqlalchemy
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
 
 from spark_jobs.backlog.lag import OFFSETS_BEHIND_LATEST
 from spark_jobs.backlog.outage import Outage
 from spark_jobs.backlog.secrets import redact_text
 from spark_jobs.backlog.table_names import TableNameError, split_table_name
 from spark_jobs.backlog.values import format_duration
-from spark_jobs.metrics.schema import installed_postgres_driver, with_password
 from spark_jobs.sources.cdc.changelog import Changelog
+from spark_jobs.sources.cdc.connection import (
+    check_schema,
+    checked_table,
+    checked_url,
+    with_source_password,
+)
 from spark_jobs.sources.cdc.coverage import SnapshotCoverage
 from spark_jobs.sources.cdc.heartbeat import HeartbeatSchedule
 from spark_jobs.sources.cdc.lsn import format_lsn, parse_lsn
+from spark_jobs.sources.cdc.partitions import (
+    ChangelogPartition,
+    ChangelogSource,
+    SnapshotChunkPartition,
+)
 from spark_jobs.sources.cdc.slot import (
     ReplicationSlot,
     SlotError,
     SlotHealth,
-    check_logical_decoding,
     check_name,
     is_outage,
 )
-from spark_jobs.sources.cdc.snapshot import Chunk, ChunkReader, Refresh, read_chunk
-from spark_jobs.sources.cdc.table import (
-    START_OVER,
-    Key,
-    TableChangedError,
-    TableError,
-    TableShape,
-    describe_table,
-)
+from spark_jobs.sources.cdc.snapshot import Chunk, ChunkReader, Refresh
+from spark_jobs.sources.cdc.table import START_OVER, Key, TableChangedError, TableError, TableShape
 from spark_jobs.sources.children import (
     ChildSource,
     ChildSpecError,
@@ -83,18 +80,15 @@ from spark_jobs.sources.children import (
     duration_field,
     spec_field,
 )
-from spark_jobs.sources.files import check_types
 from spark_jobs.sources.storage import StateDirectory, resolve_uri
 
 logger = logging.getLogger(__name__)
 
-PASSWORD_ENV = "BACKLOG_CDC_PASSWORD"
 DEFAULT_CHUNK_ROWS = 20_000
 DEFAULT_HEARTBEAT_INTERVAL = "10s"
 DEFAULT_OUTAGE_TIMEOUT = "2min"
 MAX_OUTAGE_TIMEOUT_S = 7 * 86_400.0
 #: The first pause of a read retried while the server is away; it doubles up to a second.
-_READ_RETRY_PAUSE_S = 0.1
 SNAPSHOT, CHANGELOG = "snapshot", "changelog"
 #: Refreshes one batch may make, each for what the last left incomplete.
 REFRESHES_PER_BATCH = 4
@@ -104,103 +98,6 @@ def default_slot_name(state_location: str, child: str) -> str:
     """The slot (and publication) of one checkpoint: named after its state location."""
     where = f"{resolve_uri(state_location).rstrip('/')}/{child}"
     return f"backlog_{hashlib.sha256(where.encode()).hexdigest()[:20]}"
-
-
-#: libpq parameters that hold a secret when given in a URL's query.
-_SECRET_PARAMETERS = ("password", "sslpassword")
-
-
-def checked_url(child: str, url: str) -> str:
-    """``url`` (SQLAlchemy's or libpq's form) as SQLAlchemy takes it; refuses a URL that is
-    not PostgreSQL's or that carries a password itself, in its user part or its query."""
-    if url.startswith("postgres://"):  # libpq's short scheme, which SQLAlchemy does not take
-        url = "postgresql://" + url.removeprefix("postgres://")
-    try:
-        parsed = make_url(url)
-    except ArgumentError:
-        parsed = None
-    if parsed is None or parsed.get_backend_name() != "postgresql":
-        raise ChildSpecError(
-            f"child source {child!r}: field 'connection' = {redact_text(url)!r} must be a "
-            "PostgreSQL URL such as postgresql://user@host:5432/database"
-        )
-    secrets = [name for name in parsed.query if name.lower() in _SECRET_PARAMETERS]
-    if parsed.password is not None or secrets:
-        where = f"parameter {secrets[0]!r}" if secrets else "user part"
-        raise ChildSpecError(
-            f"child source {child!r}: field 'connection' = "
-            f"{redact_text(parsed.render_as_string(hide_password=True))!r} carries a password "
-            f"in its {where}; options show in query plans, so set it in the environment "
-            f"variable {PASSWORD_ENV} of the driver and executors instead"
-        )
-    return url
-
-
-def with_source_password(url: str) -> str:
-    """``url`` with the password from ``BACKLOG_CDC_PASSWORD``, in the process that
-    connects: only the URL without it is kept, pickled or shown."""
-    return with_password(url, os.environ.get(PASSWORD_ENV))
-
-
-def connection_url(child: str, url: str) -> str:
-    """``checked_url`` with the password from ``BACKLOG_CDC_PASSWORD``, to connect with."""
-    return with_source_password(checked_url(child, url))
-
-
-class SnapshotChunkPartition(ReadablePartition):
-    """One chunk's merged image, as written at planning."""
-
-    def __init__(self, path: str):
-        self.path = path
-
-    def read(self, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-        yield from read_chunk(self.path).select(schema.names).cast(schema).to_batches()
-
-
-class ChangelogPartition(ReadablePartition):
-    """The changes of the transactions that end in (start, end], peeked on the executor."""
-
-    def __init__(
-        self, child: PostgresCdcChild, start: int, end: int, coverage: SnapshotCoverage | None
-    ):
-        self._url = child.url  # without its password: with_source_password adds it
-        self.slot, self.publication, self.table = child.slot, child.publication, child.table
-        self.shape, self.outage_timeout_s = child.shape, child.outage_timeout_s
-        self.start, self.end, self.coverage = start, end, coverage
-
-    def __repr__(self) -> str:
-        return f"ChangelogPartition({self.slot}, {format_lsn(self.start)}..{format_lsn(self.end)})"
-
-    def read(self, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-        """The batch's rows; a read cut by the server going away starts over once it is
-        back and skips the rows already given, which a replay gives in the same order."""
-        given, outage, pause = 0, Outage(self.outage_timeout_s), _READ_RETRY_PAUSE_S
-        while True:
-            url = with_source_password(self._url)
-            slot = ReplicationSlot(url, self.slot, self.publication, self.table)
-            try:
-                skip = given
-                for piece in Changelog(slot, self.shape).read(self.start, self.end, self.coverage):
-                    if skip >= piece.num_rows:
-                        skip -= piece.num_rows
-                        continue
-                    piece, skip = piece.slice(skip), 0
-                    yield (
-                        pa.Table.from_batches([piece])
-                        .select(schema.names)
-                        .cast(schema)
-                        .to_batches()[0]
-                    )
-                    given += piece.num_rows
-                return
-            except sqlalchemy.exc.DBAPIError as error:
-                if not is_outage(error) or not outage.failed():
-                    raise
-                logger.warning("%r: the server is away (%s); reading again", self, error.orig)
-            finally:
-                slot.close()
-            time.sleep(pause)
-            pause = min(2 * pause, 1.0)
 
 
 class PostgresCdcChild(ChildSource):
@@ -287,7 +184,7 @@ class PostgresCdcChild(ChildSource):
             spec, "outageTimeout", DEFAULT_OUTAGE_TIMEOUT, maximum_s=MAX_OUTAGE_TIMEOUT_S
         )
         shape = checked_table(name, with_source_password(url), table)
-        _check_schema(name, shape, context.schema)
+        check_schema(name, shape, context.schema)
         state = StateDirectory(f"{resolve_uri(context.state_location)}/{name}")
         if cls.SHAPE in state.names(cls.SHAPE):
             # A query started again: its chunks and positions are of the table as it was.
@@ -639,8 +536,16 @@ class PostgresCdcChild(ChildSource):
             coverage = self.coverage(end["chunks"], _refreshes(end))
             overlaps = coverage.until is None or start_lsn < coverage.until
             found.append(
-                ChangelogPartition(self, start_lsn, end_lsn, coverage if overlaps else None)
-            )
+                ChangelogPartition(
+                    ChangelogSource(
+                        self.url, self.slot, self.publication, self.table, self.shape,
+                        self.outage_timeout_s,
+                    ),
+                    start_lsn,
+                    end_lsn,
+                    coverage if overlaps else None,
+                )
+            )  # fmt: skip
         found.extend(
             SnapshotChunkPartition(f"{self.refreshes.location}/{_chunk_file(i, 'arrow')}")
             for i in range(_refreshes(start), _refreshes(end))
@@ -671,22 +576,6 @@ class PostgresCdcChild(ChildSource):
         return SnapshotCoverage.of(self._covered[:chunks], refreshed)
 
 
-def teardown(url: str, slot: str, publication: str, table: str) -> bool:
-    """Drop the slot and publication of a query that is gone for good (its checkpoint and
-    state location go too); True if a slot was there."""
-    replication = ReplicationSlot(with_source_password(url), slot, publication, table)
-    try:
-        try:
-            replication.confirmed_flush_lsn()
-            existed = True
-        except SlotError:
-            existed = False
-        replication.drop()
-        return existed
-    finally:
-        replication.close()
-
-
 def _chunk_file(index: int, suffix: str) -> str:
     return f"{index:08d}.{suffix}"
 
@@ -694,50 +583,3 @@ def _chunk_file(index: int, suffix: str) -> str:
 def _refreshes(position: Position) -> int:
     """How many refreshes the batches up to ``position`` read (none before the first)."""
     return int(position.get("refreshes", 0))
-
-
-def checked_table(child: str, url: str, table: str) -> TableShape:
-    """The table's shape, after refusing by name what would fail later: a server that does
-    not decode changes or does not answer, a table that cannot be read in chunks."""
-    shape = describe(child, url, table)
-    try:
-        check_logical_decoding(url)
-    except SlotError as error:
-        raise ChildSpecError(f"child source {child!r}: {error}") from None
-    return shape
-
-
-def describe(child: str, url: str, table: str) -> TableShape:
-    engine = sqlalchemy.create_engine(installed_postgres_driver(make_url(url)))
-    try:
-        return describe_table(engine, table)
-    except TableError as error:
-        raise ChildSpecError(f"child source {child!r}: {error}") from None
-    except sqlalchemy.exc.OperationalError as error:
-        raise ChildSpecError(
-            f"child source {child!r}: cannot connect to {redact_text(url)}: "
-            f"{redact_text(str(error.orig)).strip()}"
-        ) from None
-    finally:
-        engine.dispose()
-
-
-def change_schema(shape: TableShape) -> pa.Schema:
-    """The rows' schema: the table's columns, then ``_op``, ``_lsn``, ``_seq``, ``_commit_time``,
-    ``_unchanged``."""
-    return shape.arrow_table([], []).schema
-
-
-def _check_schema(child: str, shape: TableShape, schema: pa.Schema) -> None:
-    """Refuse a query schema with columns the table's rows do not have, or cannot take."""
-    given = change_schema(shape)
-    missing = [name for name in schema.names if name not in given.names]
-    if missing:
-        raise ChildSpecError(
-            f"child source {child!r}: the query's schema has columns {missing} that rows of "
-            f"{shape.name} do not; they have {given.names}"
-        )
-    try:
-        check_types(given, schema)
-    except ValueError as error:
-        raise ChildSpecError(f"child source {child!r}, table {shape.name}: {error}") from None

@@ -40,11 +40,9 @@ from spark_jobs.backlog.secrets import redact_text
 from spark_jobs.backlog.table_names import qualified
 from spark_jobs.metrics.schema import installed_postgres_driver
 from spark_jobs.sources.cdc.lsn import format_lsn, parse_lsn
+from spark_jobs.sources.cdc.summary import OPTIONS, SUMMARY, BatchSummary
 
 PLUGIN = "pgoutput"
-#: The plugin's options: protocol 1, the publication's tables, and logical messages (for
-#: heartbeats; non-transactional ones are skipped by ``changes.events``).
-_OPTIONS = "'proto_version', '1', 'publication_names', :publication, 'messages', 'true'"
 #: Rows a streamed peek fetches at a time.
 STREAM_ROWS = 2_000
 #: The prefix of this slot's own position messages (heartbeats, and a snapshot chunk's high
@@ -68,54 +66,10 @@ SESSION_SETTINGS = text(
     "set_config('bytea_output', 'hex', false), set_config('extra_float_digits', '1', false), "
     "set_config('IntervalStyle', 'postgres', false), set_config('row_security', 'off', false)"
 )
-#: Per transaction after the slot: where it ends, how many row changes (insert, update,
-#: delete, truncate) it holds, how many of them are updates that move a row to a new key
-#: (under the default replica identity only those carry the old key, a 'K' tuple), whether it
-#: is this slot's heartbeat, and whether it is visible yet; counted on the server
-#: (``get_byte(data, 0)`` is a message's type), so no change travels to plan a batch. The
-#: last transaction that fits in ``:max_changes`` (None: all; the first always) ends the
-#: batch; ``left_out`` counts those after it. A transaction that is only another's logical
-#: message (another job's heartbeat) is a batch of its own only when nothing else is.
-#:
-#: A commit is written to the WAL, and so decoded, before it becomes visible (with
-#: synchronous replication, until the standby confirms it): the batch ends before the first
-#: transaction that the server's snapshot, taken after the peek, does not show yet. A snapshot
-#: read later is then sure to see every transaction the slot is moved past, which the
-#: snapshot's chunks rely on. A decoded xid is 32 bits: it is taken in the epoch nearest the
-#: snapshot's xmax, as ``snapshot.Visibility`` does.
-_SUMMARY = text(
-    "WITH m AS MATERIALIZED (SELECT lsn, xid, get_byte(data, 0) AS kind, "
-    "  get_byte(data, 0) = 77 AND substring(data FROM 11 FOR :prefix_bytes) = :prefix "
-    "  AS ours, get_byte(data, 0) = 85 AND get_byte(data, 5) = 75 AS moves "
-    f"  FROM pg_logical_slot_peek_binary_changes(:slot, CAST(:upto_lsn AS pg_lsn), "
-    f"    CAST(:upto_nchanges AS integer), {_OPTIONS})), "
-    "s AS MATERIALIZED (SELECT snap, pg_snapshot_xmax(snap)::text::bigint AS xmax "
-    "  FROM (SELECT pg_current_snapshot() AS snap) now), "
-    "t AS (SELECT xid, max(lsn) FILTER (WHERE kind = 67) AS end_lsn, "
-    "  count(*) FILTER (WHERE kind IN (73, 85, 68, 84)) AS changes, bool_or(ours) AS ours, "
-    "  count(*) FILTER (WHERE moves) AS moves FROM m WHERE xid <> 0 GROUP BY xid), "
-    "v AS (SELECT t.*, pg_visible_in_snapshot(CAST(CAST(s.xmax + (((xid::text::bigint "
-    "  - s.xmax % 4294967296 + 2147483648) % 4294967296 + 4294967296) % 4294967296) "
-    "  - 2147483648 AS text) AS xid8), s.snap) AS visible FROM t, s "
-    "  WHERE end_lsn > CAST(:start AS pg_lsn) AND (changes > 0 OR ours)), "
-    "b AS (SELECT min(end_lsn) AS blocked_at FROM v WHERE NOT visible), "
-    "r AS (SELECT end_lsn, moves, sum(changes) OVER (ORDER BY end_lsn) AS running, "
-    "  row_number() OVER (ORDER BY end_lsn) AS n FROM v, b "
-    "  WHERE b.blocked_at IS NULL OR end_lsn < b.blocked_at), "
-    "c AS (SELECT *, n = 1 OR CAST(:max_changes AS bigint) IS NULL "
-    "  OR running <= :max_changes AS fits FROM r) "
-    "SELECT (SELECT count(*) FROM m) AS messages, "
-    "(SELECT max(end_lsn) FROM c WHERE fits)::text AS end_lsn, "
-    "(SELECT coalesce(max(running), 0) FROM c WHERE fits) AS changes, "
-    "(SELECT coalesce(sum(moves), 0) FROM c WHERE fits) AS moves, "
-    "(SELECT count(*) FROM c WHERE NOT fits) AS left_out, "
-    "(SELECT blocked_at::text FROM b) AS blocked_at"
-)
-
 _PEEK = text(
     "SELECT lsn::text AS lsn, xid::text::bigint AS xid, data "
     "FROM pg_logical_slot_peek_binary_changes(:slot, CAST(:upto_lsn AS pg_lsn), "
-    f"CAST(:upto_nchanges AS integer), {_OPTIONS})"
+    f"CAST(:upto_nchanges AS integer), {OPTIONS})"
 )
 
 T = TypeVar("T")
@@ -185,22 +139,6 @@ class PeekedRow(NamedTuple):
     lsn: int
     xid: int
     data: bytes
-
-
-@dataclass(frozen=True)
-class BatchSummary:
-    """What the slot holds after a start, as ``summary`` counted it: ``messages`` peeked
-    (the bound a peek stops at), the ``end`` of the last transaction that fits (None:
-    nothing new), the row ``changes`` up to there and how many of them ``moves`` rows to
-    new keys, how many transactions were ``left_out`` after it, and where the first
-    transaction not visible yet ends (``blocked_at``; the batch ends before it)."""
-
-    messages: int
-    end: int | None
-    changes: int
-    moves: int
-    left_out: int
-    blocked_at: int | None = None
 
 
 @dataclass(frozen=True)
@@ -462,7 +400,7 @@ class ReplicationSlot:
         upto_nchanges: int | None,
         upto_lsn: int | None = None,
     ) -> BatchSummary:
-        """Where the batch after ``start_lsn`` ends, counted on the server (``_SUMMARY``)
+        """Where the batch after ``start_lsn`` ends, counted on the server (``summary.SUMMARY``)
         among the first ``upto_nchanges`` messages after the slot (None: all), of the
         transactions that end by ``upto_lsn`` (None: all)."""
         prefix = self.position_prefix.encode()
@@ -476,7 +414,7 @@ class ReplicationSlot:
             "prefix": prefix + b"\0",
             "prefix_bytes": len(prefix) + 1,
         }
-        row = self._when_free(lambda: self._run(_SUMMARY, values).one())
+        row = self._when_free(lambda: self._run(SUMMARY, values).one())
         end = None if row.end_lsn is None else parse_lsn(row.end_lsn)
         blocked_at = None if row.blocked_at is None else parse_lsn(row.blocked_at)
         return BatchSummary(row.messages, end, row.changes, row.moves, row.left_out, blocked_at)

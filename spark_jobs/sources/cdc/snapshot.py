@@ -55,17 +55,12 @@ from spark_jobs.sources.cdc import generated
 from spark_jobs.sources.cdc.bulk import copy_out
 from spark_jobs.sources.cdc.catalog import CatalogState
 from spark_jobs.sources.cdc.changes import Event, RelationCache, RowChange, events
+from spark_jobs.sources.cdc.describe import describe_table
 from spark_jobs.sources.cdc.lsn import format_lsn, parse_lsn
 from spark_jobs.sources.cdc.messages import UNCHANGED, Begin, Commit, Truncate
 from spark_jobs.sources.cdc.pgoutput import decode
 from spark_jobs.sources.cdc.slot import SESSION_SETTINGS, ReplicationSlot, SlotError
-from spark_jobs.sources.cdc.table import (
-    Key,
-    Row,
-    TableShape,
-    ValueNotAtHand,
-    describe_table,
-)
+from spark_jobs.sources.cdc.table import Key, Row, TableShape, ValueNotAtHand
 from spark_jobs.sources.storage import create_file, filesystem, resolve_uri
 
 

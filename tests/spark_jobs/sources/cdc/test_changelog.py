@@ -8,10 +8,11 @@ from sqlalchemy import text
 
 from spark_jobs.sources.cdc.changelog import Changelog
 from spark_jobs.sources.cdc.changes import ChangeStreamError, RelationCache
+from spark_jobs.sources.cdc.describe import describe_table
 from spark_jobs.sources.cdc.pgoutput import decode
 from spark_jobs.sources.cdc.slot import ReplicationSlot, SlotError
 from spark_jobs.sources.cdc.snapshot import ChunkReader, read_chunk
-from spark_jobs.sources.cdc.table import TableChangedError, describe_table
+from spark_jobs.sources.cdc.table import TableChangedError
 from tests.spark_jobs.sources.cdc.conftest import BIG, transactions
 
 

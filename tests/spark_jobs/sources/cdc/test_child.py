@@ -15,11 +15,11 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 from sqlalchemy import text
 
 from spark_jobs.metrics.schema import make_engine
-from spark_jobs.sources.cdc.child import (
+from spark_jobs.sources.cdc.child import default_slot_name
+from spark_jobs.sources.cdc.connection import (
     PASSWORD_ENV,
     change_schema,
     connection_url,
-    default_slot_name,
     describe,
     teardown,
 )

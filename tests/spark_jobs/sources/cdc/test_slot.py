@@ -13,10 +13,11 @@ from sqlalchemy import text
 from spark_jobs.metrics.schema import make_engine
 from spark_jobs.sources.cdc import slot as slot_module
 from spark_jobs.sources.cdc.changes import RelationCache
+from spark_jobs.sources.cdc.describe import describe_table
 from spark_jobs.sources.cdc.messages import UNCHANGED, Begin, Commit
 from spark_jobs.sources.cdc.pgoutput import decode
-from spark_jobs.sources.cdc.slot import BatchSummary, ReplicationSlot, SlotError
-from spark_jobs.sources.cdc.table import describe_table
+from spark_jobs.sources.cdc.slot import ReplicationSlot, SlotError
+from spark_jobs.sources.cdc.summary import BatchSummary
 from tests.spark_jobs.sources.cdc.conftest import BIG, Transaction, transactions
 from tests.support.postgres import LOGICAL_DECODING, PostgresServer
 

@@ -8,14 +8,8 @@ from sqlalchemy import text
 
 from spark_jobs.metrics.schema import make_engine
 from spark_jobs.sources.cdc.changes import ChangeStreamError
-from spark_jobs.sources.cdc.table import (
-    SUPPORTED,
-    Key,
-    TableColumn,
-    TableError,
-    TableShape,
-    describe_table,
-)
+from spark_jobs.sources.cdc.describe import describe_table
+from spark_jobs.sources.cdc.table import SUPPORTED, Key, TableColumn, TableError, TableShape
 from tests.support.cdc_types import OUTPUT_SETTINGS, TYPE_COLUMNS, create_types_table, literal
 
 

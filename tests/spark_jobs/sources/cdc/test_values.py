@@ -8,8 +8,9 @@ import pyarrow as pa
 import pytest
 from sqlalchemy import text
 
+from spark_jobs.sources.cdc.describe import describe_table
 from spark_jobs.sources.cdc.messages import UNCHANGED
-from spark_jobs.sources.cdc.table import TableColumn, TableShape, describe_table
+from spark_jobs.sources.cdc.table import TableColumn, TableShape
 from spark_jobs.sources.cdc.values import (
     DATE_INFINITY,
     DATE_MINUS_INFINITY,
