@@ -27,7 +27,7 @@ from spark_jobs.backlog.status import BacklogModel, SourceStatus
 from spark_jobs.coordinator.progress import BatchProgress, StateOperatorProgress
 from spark_jobs.metrics.schema import CheckpointRow, IntervalChangeRow, TransitionRow
 from spark_jobs.sources.quarantine import count_set_aside
-from spark_jobs.sources.storage import StorageError
+from spark_jobs.storage.files import StorageError
 
 logger = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from pyarrow import fs as pa_fs
 
 from spark_jobs.backlog.status import SourceStatus
 from spark_jobs.coordinator.progress import BatchProgress
-from spark_jobs.sources.storage import SCHEME_ALIASES, list_files, resolve_uri
+from spark_jobs.storage.files import SCHEME_ALIASES, list_files, resolve_uri
 
 #: Rows per file is averaged over this many recent batches.
 RECENT_BATCHES = 8

@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 from pyarrow import fs as pa_fs
 
 from spark_jobs.metrics.schema import CheckpointRow
-from spark_jobs.sources.storage import filesystem
+from spark_jobs.storage.files import filesystem
 
 logger = logging.getLogger(__name__)
 

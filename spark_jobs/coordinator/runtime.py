@@ -57,7 +57,7 @@ from spark_jobs.sources.backlog_kafka import BacklogKafkaDataSource
 from spark_jobs.sources.gate import PlanChannel
 from spark_jobs.sources.hybrid import HybridDataSource
 from spark_jobs.sources.postgres_cdc import PostgresCdcDataSource
-from spark_jobs.sources.storage import normalize_location
+from spark_jobs.storage.files import normalize_location
 
 logger = logging.getLogger(__name__)
 

@@ -54,7 +54,7 @@ from spark_jobs.sources.cdc.connection import checked_table, connection_url, tea
 from spark_jobs.sources.cdc.slot import SlotError
 from spark_jobs.sources.cdc.table import TableChangedError, TableShape
 from spark_jobs.sources.children import ChildSpecError
-from spark_jobs.sources.storage import resolve_uri
+from spark_jobs.storage.files import resolve_uri
 
 SOURCE_NAME = "cdc"
 TARGET_PASSWORD_ENV = "BACKLOG_CDC_TARGET_PASSWORD"

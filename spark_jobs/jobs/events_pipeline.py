@@ -38,7 +38,7 @@ from spark_jobs.backlog.values import (
 from spark_jobs.coordinator.event_time import observe_event_time
 from spark_jobs.coordinator.runtime import BacklogRuntime
 from spark_jobs.jobs.cli import add_run_arguments, check_run_arguments, run_command, spark_session
-from spark_jobs.sources.storage import resolve_uri
+from spark_jobs.storage.files import resolve_uri
 
 logger = logging.getLogger("spark_jobs.jobs.events_pipeline")
 #: A standby's rehearsal: its trigger, and how long it may take to run its one batch.

@@ -22,7 +22,7 @@ from pyspark.sql import DataFrame
 
 from spark_jobs.jobs.merge.record import query_id
 from spark_jobs.jobs.merge.target import MergeTarget
-from spark_jobs.sources.storage import filesystem, resolve_uri
+from spark_jobs.storage.files import filesystem, resolve_uri
 
 #: Rows per piece read back from a batch's files.
 PIECE_ROWS = 50_000

@@ -23,7 +23,7 @@ from typing import Any
 from pyarrow import fs as pa_fs
 
 from spark_jobs.metrics.schema import TABLE_OF_ROW, Row, as_utc, row_values
-from spark_jobs.sources.storage import create_file, filesystem
+from spark_jobs.storage.files import create_file, filesystem
 
 _ROW_OF_TABLE = {table.name: row_type for row_type, table in TABLE_OF_ROW.items()}
 _DATETIME_FIELDS = frozenset({"committed_at", "watermark", "at"})

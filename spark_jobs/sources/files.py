@@ -35,7 +35,7 @@ from spark_jobs.sources.children import (
     spec_field,
 )
 from spark_jobs.sources.quarantine import BadInput, Quarantine, file_key
-from spark_jobs.sources.storage import (
+from spark_jobs.storage.files import (
     ListedFile,
     StateDirectory,
     StorageError,

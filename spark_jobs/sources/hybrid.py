@@ -57,7 +57,7 @@ from spark_jobs.sources.children import (
 )
 from spark_jobs.sources.gate import PlanChannel, SourceGate
 from spark_jobs.sources.quarantine import OFFSET_FIELD as QUARANTINE_FIELD
-from spark_jobs.sources.storage import resolve_uri
+from spark_jobs.storage.files import resolve_uri
 
 #: Each kind's class, imported only once a job names the kind: a job of files and Kafka
 #: loads neither the CDC child's SQLAlchemy and PostgreSQL driver nor Kafka's client when it

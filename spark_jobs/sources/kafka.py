@@ -44,7 +44,7 @@ from spark_jobs.sources.children import (
     spec_field,
 )
 from spark_jobs.sources.quarantine import BadInput, Quarantine, range_key
-from spark_jobs.sources.storage import StateDirectory, resolve_uri
+from spark_jobs.storage.files import StateDirectory, resolve_uri
 
 logger = logging.getLogger(__name__)
 

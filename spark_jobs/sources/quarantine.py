@@ -26,7 +26,7 @@ from typing import Any
 
 from pyarrow import fs as pa_fs
 
-from spark_jobs.sources.storage import StateFileExists, create_file, filesystem
+from spark_jobs.storage.files import StateFileExists, create_file, filesystem
 
 #: The offset field that tells the driver where a source sets input aside.
 OFFSET_FIELD = "badRecords"

@@ -20,7 +20,7 @@ from enum import Enum
 import sqlalchemy
 from sqlalchemy import BigInteger, Column, MetaData, Table, Text
 
-from spark_jobs.sources.storage import filesystem, resolve_uri
+from spark_jobs.storage.files import filesystem, resolve_uri
 
 #: Per target table: the query merged into it and its last batch.
 RECORDS_TABLE = "backlog_merge_records"

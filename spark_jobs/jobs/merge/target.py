@@ -35,8 +35,8 @@ from spark_jobs.jobs.merge.record import (
 )
 from spark_jobs.jobs.merge.staging import Layout, create_stage, stage
 from spark_jobs.metrics.schema import make_engine
-from spark_jobs.sources.cdc.slot import is_outage
 from spark_jobs.sources.cdc.table import TableColumn, TableShape
+from spark_jobs.storage.databases import is_outage
 
 logger = logging.getLogger(__name__)
 

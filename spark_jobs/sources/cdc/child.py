@@ -65,7 +65,6 @@ from spark_jobs.sources.cdc.slot import (
     SlotError,
     SlotHealth,
     check_name,
-    is_outage,
 )
 from spark_jobs.sources.cdc.snapshot import Chunk, ChunkReader, Refresh
 from spark_jobs.sources.cdc.table import START_OVER, Key, TableChangedError, TableError, TableShape
@@ -80,7 +79,8 @@ from spark_jobs.sources.children import (
     duration_field,
     spec_field,
 )
-from spark_jobs.sources.storage import StateDirectory, resolve_uri
+from spark_jobs.storage.databases import is_outage
+from spark_jobs.storage.files import StateDirectory, resolve_uri
 
 logger = logging.getLogger(__name__)
 

@@ -16,10 +16,11 @@ from spark_jobs.sources.cdc.changelog import Changelog
 from spark_jobs.sources.cdc.connection import with_source_password
 from spark_jobs.sources.cdc.coverage import SnapshotCoverage
 from spark_jobs.sources.cdc.lsn import format_lsn
-from spark_jobs.sources.cdc.slot import ReplicationSlot, is_outage
+from spark_jobs.sources.cdc.slot import ReplicationSlot
 from spark_jobs.sources.cdc.snapshot import read_chunk
 from spark_jobs.sources.cdc.table import TableShape
 from spark_jobs.sources.children import ReadablePartition
+from spark_jobs.storage.databases import is_outage
 
 logger = logging.getLogger(__name__)
 

@@ -124,15 +124,6 @@ class SlotError(RuntimeError):
     """The server or the slot cannot serve changes; the message names the setting or state."""
 
 
-def is_outage(error: Exception) -> bool:
-    """Whether ``error`` says the server is away (refused, cut, shutting down, restarting)
-    rather than that a statement is wrong: such an outage is ridden out, not failed on."""
-    if not isinstance(error, sqlalchemy.exc.OperationalError | sqlalchemy.exc.InterfaceError):
-        return False
-    code = getattr(error.orig, "sqlstate", None) or getattr(error.orig, "pgcode", None)
-    return code is None or code.startswith("08") or code in ("57P01", "57P02", "57P03")
-
-
 class PeekedRow(NamedTuple):
     """One row of a peek: ``lsn`` is the message's (for a Commit, its end), ``xid`` 32-bit."""
 

@@ -61,7 +61,7 @@ from spark_jobs.sources.cdc.messages import UNCHANGED, Begin, Commit, Truncate
 from spark_jobs.sources.cdc.pgoutput import decode
 from spark_jobs.sources.cdc.slot import SESSION_SETTINGS, ReplicationSlot, SlotError
 from spark_jobs.sources.cdc.table import Key, Row, TableShape, ValueNotAtHand
-from spark_jobs.sources.storage import create_file, filesystem, resolve_uri
+from spark_jobs.storage.files import create_file, filesystem, resolve_uri
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ from spark_jobs.metrics.schema import (
     row_values,
 )
 from spark_jobs.metrics.writer import MetricsWriter, retry_delay
-from spark_jobs.sources.storage import resolve_uri
+from spark_jobs.storage.files import resolve_uri
 
 LOGGER = "spark_jobs.metrics.writer"
 REPO = Path(__file__).resolve().parents[3]

@@ -12,7 +12,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from spark_jobs.sources.children import Limits, SourceContext
 from spark_jobs.sources.files import BoundedFiles, FileManifest, InputFileError, LandingFiles
-from spark_jobs.sources.storage import StateDirectory, StorageError, list_files, resolve_uri
+from spark_jobs.storage.files import StateDirectory, StorageError, list_files, resolve_uri
 from tests.spark_jobs.sources.conftest import SPARK_SCHEMA, arrow_table, land, write_file
 
 SCHEMA = to_arrow_schema(SPARK_SCHEMA, timezone="UTC")

@@ -27,7 +27,7 @@ from spark_jobs.sources.kafka import (
     parse_starting_offsets,
 )
 from spark_jobs.sources.quarantine import OFFSET_FIELD, count_set_aside
-from spark_jobs.sources.storage import resolve_uri
+from spark_jobs.storage.files import resolve_uri
 from tests.spark_jobs.sources.conftest import SPARK_SCHEMA, rows
 from tools.broker import FETCH, LIST_OFFSETS, EmbeddedBroker
 

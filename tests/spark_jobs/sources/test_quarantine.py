@@ -8,7 +8,7 @@ from spark_jobs.sources.quarantine import (
     file_key,
     range_key,
 )
-from spark_jobs.sources.storage import resolve_uri
+from spark_jobs.storage.files import resolve_uri
 
 
 def offset(location, phase, position):

@@ -15,7 +15,7 @@ from spark_jobs.sources.cdc.slot import ReplicationSlot, SlotError
 from spark_jobs.sources.cdc.snapshot import ChunkReader, KeyRange, Visibility, merge, read_chunk
 from spark_jobs.sources.cdc.table import TableColumn, TableShape, ValueNotAtHand
 from spark_jobs.sources.cdc.values import postgres_text
-from spark_jobs.sources.storage import StateFileExists
+from spark_jobs.storage.files import StateFileExists
 from tests.spark_jobs.sources.cdc.conftest import Transaction, as_events
 
 T = datetime(2026, 11, 25, tzinfo=UTC)

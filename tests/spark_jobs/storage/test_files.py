@@ -2,7 +2,7 @@ import os
 
 import pytest
 
-from spark_jobs.sources.storage import (
+from spark_jobs.storage.files import (
     StateDirectory,
     StateFileExists,
     normalize_location,
