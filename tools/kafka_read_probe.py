@@ -28,7 +28,7 @@ from pathlib import Path
 import pyarrow as pa
 from confluent_kafka import Consumer, TopicPartition
 
-from spark_jobs.sources.kafka import KafkaRangePartition, KafkaRangesPartition
+from spark_jobs.sources.kafka_ranges import KafkaRangePartition, KafkaRangesPartition
 from tools.broker import EmbeddedBroker
 from tools.data import KafkaProducerThread
 

@@ -14,7 +14,8 @@ from pyspark.sql.types import (
 
 from spark_jobs.sources.backlog_kafka import BacklogKafkaDataSource, child_spec
 from spark_jobs.sources.hybrid import HybridOptionError
-from spark_jobs.sources.kafka import RAW_SCHEMA_DDL, RECORD_COLUMNS, KafkaChild
+from spark_jobs.sources.kafka import RAW_SCHEMA_DDL, KafkaChild
+from spark_jobs.sources.kafka_ranges import RECORD_COLUMNS
 from tests.spark_jobs.sources.conftest import SPARK_SCHEMA
 
 RAW_STRUCT = StructType(

@@ -16,15 +16,14 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from spark_jobs.sources import kafka
+from spark_jobs.sources import kafka, kafka_ranges
 from spark_jobs.sources.children import ChildSpecError, Limits, SourceContext
-from spark_jobs.sources.kafka import (
+from spark_jobs.sources.kafka import KafkaChild, _share, parse_starting_offsets
+from spark_jobs.sources.kafka_ranges import (
+    JSON_METADATA_PREFIX,
     RECORD_COLUMNS,
-    KafkaChild,
     KafkaRangePartition,
     KafkaReadError,
-    _share,
-    parse_starting_offsets,
 )
 from spark_jobs.sources.quarantine import OFFSET_FIELD, count_set_aside
 from spark_jobs.storage.files import resolve_uri
@@ -162,10 +161,21 @@ def make_child(broker, tmp_path):
 
 
 def read_table(child: KafkaChild, start: dict, end: dict, schema=JSON_SCHEMA) -> pa.Table:
+    """The batch's rows by partition and offset: a task reading several partitions hands
+    them over in the order their fetches arrive, each partition's in offset order."""
     batches = [batch for piece in child.partitions(start, end) for batch in piece.read(schema)]
     for batch in batches:
         assert batch.schema == schema
-    return pa.Table.from_batches(batches, schema)
+    table = pa.Table.from_batches(batches, schema)
+    prefix = "" if "partition" in schema.names else JSON_METADATA_PREFIX
+    topic, partition, offset = (f"{prefix}{n}" for n in ("topic", "partition", "offset"))
+    if not {topic, partition, offset} <= set(schema.names):
+        return table
+    read: dict[tuple[str, int], list[int]] = {}
+    for t, p, o in zip(*(table[c].to_pylist() for c in (topic, partition, offset)), strict=True):
+        read.setdefault((t, p), []).append(o)
+    assert all(offsets == sorted(offsets) for offsets in read.values()), read
+    return table.sort_by([(topic, "ascending"), (partition, "ascending"), (offset, "ascending")])
 
 
 def positions(offsets: list[int], topic: str = EVENTS) -> dict:
@@ -386,7 +396,7 @@ def test_share_adds_up_to_the_limit_in_proportion(available, limit, takes):
 def test_json_values_are_read_as_the_produced_events_with_record_columns(
     broker, make_child, monkeypatch
 ):
-    monkeypatch.setattr(kafka, "RECORDS_PER_ARROW_BATCH", 2)  # several records per decode
+    monkeypatch.setattr(kafka_ranges, "RECORDS_PER_ARROW_BATCH", 2)  # several records per decode
     produce_events(broker, 0, 0, 6)
     produce_events(broker, 1, 6, 4)
     produce_events(broker, 2, 10, 2)
@@ -489,7 +499,7 @@ def test_partitions_cut_the_ranges_into_tasks_of_rows_per_partition(
     broker, make_child, monkeypatch
 ):
     # Three records per fetch: several fetches per range.
-    monkeypatch.setattr(kafka, "RECORDS_PER_ARROW_BATCH", 3)
+    monkeypatch.setattr(kafka_ranges, "RECORDS_PER_ARROW_BATCH", 3)
     produce_events(broker, 0, 0, 10)
     produce_events(broker, 2, 100, 5)
     child = make_child(rows_per_partition=4, startingOffsets={"events": {"0": 1}})
@@ -552,7 +562,7 @@ def test_a_task_assigns_its_ranges_together_and_asks_no_offsets_when_they_arrive
 ):
     """One fetch serves every range, and no request for a partition's earliest offset
     queues behind it: that is only needed to explain records that are gone."""
-    monkeypatch.setattr(kafka, "Consumer", _CountingConsumer)
+    monkeypatch.setattr(kafka_ranges, "Consumer", _CountingConsumer)
     monkeypatch.setattr(_CountingConsumer, "made", [])
     for partition in range(EVENT_PARTITIONS):
         produce_events(broker, partition, 100 * partition, 5)
@@ -560,7 +570,7 @@ def test_a_task_assigns_its_ranges_together_and_asks_no_offsets_when_they_arrive
         KafkaRangePartition(broker, {}, EVENTS, p, 1, 4 + (p == 2), "json", 0.0)
         for p in range(EVENT_PARTITIONS)
     ]
-    table = pa.Table.from_batches(list(kafka.KafkaRangesPartition(pieces).read(JSON_SCHEMA)))
+    table = pa.Table.from_batches(list(kafka_ranges.KafkaRangesPartition(pieces).read(JSON_SCHEMA)))
 
     rows = sorted(
         zip(table["kafka_partition"].to_pylist(), table["event_id"].to_pylist(), strict=True)
@@ -571,7 +581,7 @@ def test_a_task_assigns_its_ranges_together_and_asks_no_offsets_when_they_arrive
     (consumer,) = _CountingConsumer.made
     assert consumer.assigned == [[(p, 1) for p in range(EVENT_PARTITIONS)]]
     assert consumer.watermark_calls == 0
-    assert consumer.config["fetch.wait.max.ms"] == kafka.READ_FETCH_WAIT_MS
+    assert consumer.config["fetch.wait.max.ms"] == kafka_ranges.READ_FETCH_WAIT_MS
 
 
 def test_ranges_that_end_in_transaction_markers_end_without_a_stall(broker, monkeypatch):
@@ -585,17 +595,17 @@ def test_ranges_that_end_in_transaction_markers_end_without_a_stall(broker, monk
         for value in event_values(10 * partition, 3):
             producer.produce(EVENTS, value, partition=partition)
     producer.commit_transaction(10)
-    monkeypatch.setattr(kafka, "Consumer", _CountingConsumer)
+    monkeypatch.setattr(kafka_ranges, "Consumer", _CountingConsumer)
     monkeypatch.setattr(_CountingConsumer, "made", [])
     # A read that waited for the markers' offsets as for records would ask the brokers
     # after this long, and wait this long in each consume.
-    monkeypatch.setattr(kafka, "POLL_TIMEOUT_S", 3600.0)
+    monkeypatch.setattr(kafka_ranges, "POLL_TIMEOUT_S", 3600.0)
     ends = {p: watermarks(broker, EVENTS, p)[1] for p in (0, 1)}
     assert ends == {0: 4, 1: 4}  # three records and a commit marker each
     pieces = [KafkaRangePartition(broker, {}, EVENTS, p, 0, 4, "json", 0.0) for p in (0, 1)]
     read: list[pa.RecordBatch] = []
     reader = threading.Thread(
-        target=lambda: read.extend(kafka.KafkaRangesPartition(pieces).read(JSON_SCHEMA)),
+        target=lambda: read.extend(kafka_ranges.KafkaRangesPartition(pieces).read(JSON_SCHEMA)),
         daemon=True,
     )
     reader.start()
@@ -607,15 +617,15 @@ def test_ranges_that_end_in_transaction_markers_end_without_a_stall(broker, monk
 
 
 def test_a_task_of_empty_ranges_reads_nothing_and_assigns_nothing(broker, monkeypatch):
-    monkeypatch.setattr(kafka, "Consumer", _CountingConsumer)
+    monkeypatch.setattr(kafka_ranges, "Consumer", _CountingConsumer)
     monkeypatch.setattr(_CountingConsumer, "made", [])
     empty = KafkaRangePartition(broker, {}, EVENTS, 0, 7, 7, "json", 0.0)
-    assert list(kafka.KafkaRangesPartition([empty]).read(JSON_SCHEMA)) == []
+    assert list(kafka_ranges.KafkaRangesPartition([empty]).read(JSON_SCHEMA)) == []
     assert _CountingConsumer.made[0].assigned == []
 
 
 def test_a_fetch_wait_in_the_properties_is_kept_for_reads():
-    config = kafka._read_config("localhost:9092", {"fetch.wait.max.ms": "200"})
+    config = kafka_ranges.read_config("localhost:9092", {"fetch.wait.max.ms": "200"})
     assert config["fetch.wait.max.ms"] == "200"
     assert config["auto.offset.reset"] == "error"
 
@@ -641,7 +651,7 @@ def test_partitions_and_children_survive_pickling(waiting, make_child):
 
 def test_a_short_range_is_read_without_waiting_for_a_full_fetch(broker, monkeypatch):
     # Asking the client for more records than the range holds would wait out a poll.
-    monkeypatch.setattr(kafka, "POLL_TIMEOUT_S", 30.0)
+    monkeypatch.setattr(kafka_ranges, "POLL_TIMEOUT_S", 30.0)
     produce_events(broker, 0, 0, 5)
     piece = KafkaRangePartition(broker, {}, EVENTS, 0, 1, 4, "json", 0.0)
     began = time.monotonic()
@@ -679,8 +689,8 @@ class _ConsumerWithAnError:
 def test_a_client_error_among_records_does_not_end_the_range_early(broker, monkeypatch):
     # The error made the batch shorter than what was consumed, which ended the read there,
     # and Spark committed the planned end: the rest of the range was lost without a word.
-    monkeypatch.setattr(kafka, "RECORDS_PER_ARROW_BATCH", 4)
-    monkeypatch.setattr(kafka, "Consumer", _ConsumerWithAnError)
+    monkeypatch.setattr(kafka_ranges, "RECORDS_PER_ARROW_BATCH", 4)
+    monkeypatch.setattr(kafka_ranges, "Consumer", _ConsumerWithAnError)
     produce_events(broker, 1, 0, 10)
     piece = KafkaRangePartition(broker, {}, EVENTS, 1, 0, 10, "json", 0.0)
     ids = [row["event_id"] for batch in piece.read(JSON_SCHEMA) for row in batch.to_pylist()]
@@ -688,8 +698,8 @@ def test_a_client_error_among_records_does_not_end_the_range_early(broker, monke
 
 
 def test_records_that_never_arrive_fail_the_read_naming_the_offset(broker, monkeypatch):
-    monkeypatch.setattr(kafka, "READ_TIMEOUT_S", 0.5)
-    monkeypatch.setattr(kafka, "POLL_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(kafka_ranges, "READ_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(kafka_ranges, "POLL_TIMEOUT_S", 0.2)
     produce_events(broker, 3, 0, 3)
     piece = KafkaRangePartition(broker, {}, EVENTS, 3, 1, 5, "json", 0.0)
     ids = []
@@ -709,7 +719,8 @@ def test_records_that_never_arrive_fail_the_read_naming_the_offset(broker, monke
 def quick_metadata(monkeypatch):
     """Metadata requests give up after a second, so an outage is ridden out in small steps."""
     monkeypatch.setattr(kafka, "METADATA_TIMEOUT_S", 1.0)
-    monkeypatch.setattr(kafka, "POLL_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(kafka_ranges, "METADATA_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(kafka_ranges, "POLL_TIMEOUT_S", 0.2)
 
 
 def test_planning_plans_no_batch_while_the_brokers_are_down_then_goes_on(
@@ -875,7 +886,7 @@ NOT_ONE_OBJECT = [
 def test_a_value_that_is_not_one_json_object_fails_naming_its_offset(
     broker, make_child, monkeypatch, per_fetch
 ):
-    monkeypatch.setattr(kafka, "RECORDS_PER_ARROW_BATCH", per_fetch)
+    monkeypatch.setattr(kafka_ranges, "RECORDS_PER_ARROW_BATCH", per_fetch)
     for partition, (bad, _) in enumerate(NOT_ONE_OBJECT):
         produce(broker, partition, [*event_values(0, 2), bad, *event_values(3, 1)])
     child = make_child()
@@ -899,7 +910,7 @@ def test_a_value_that_is_not_one_json_object_fails_naming_its_offset(
 def test_with_a_quarantine_bad_values_are_set_aside_and_the_rest_is_read(
     broker, tmp_path, monkeypatch, per_fetch
 ):
-    monkeypatch.setattr(kafka, "RECORDS_PER_ARROW_BATCH", per_fetch)
+    monkeypatch.setattr(kafka_ranges, "RECORDS_PER_ARROW_BATCH", per_fetch)
     for partition, (bad, _) in enumerate(NOT_ONE_OBJECT):
         produce(broker, partition, [*event_values(0, 2), bad, *event_values(3, 1)])
     location = resolve_uri(str(tmp_path / "bad"))
@@ -933,15 +944,17 @@ NULL_VALUE_READER = textwrap.dedent(
     """
     import sys
     import pyarrow as pa
-    from spark_jobs.sources import kafka
+    from spark_jobs.sources import kafka_ranges
 
     for partition, stop in ((0, 1), (1, 2)):
         servers = sys.argv[1]
-        piece = kafka.KafkaRangePartition(servers, {}, "events", partition, 0, stop, "json", 0.0)
+        piece = kafka_ranges.KafkaRangePartition(
+            servers, {}, "events", partition, 0, stop, "json", 0.0
+        )
         try:
             batches = list(piece.read(pa.schema([("event_id", pa.int64())])))
             print("rows", [row for batch in batches for row in batch.to_pylist()])
-        except kafka.KafkaReadError as error:
+        except kafka_ranges.KafkaReadError as error:
             print("error", error)
     """
 )
