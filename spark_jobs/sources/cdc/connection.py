@@ -22,7 +22,7 @@ from spark_jobs.sources.cdc.describe import describe_table
 from spark_jobs.sources.cdc.slot import ReplicationSlot, SlotError, check_logical_decoding
 from spark_jobs.sources.cdc.table import TableError, TableShape
 from spark_jobs.sources.children import ChildSpecError
-from spark_jobs.sources.files import check_types
+from spark_jobs.sources.file_reading import check_types
 
 PASSWORD_ENV = "BACKLOG_CDC_PASSWORD"
 #: libpq parameters that hold a secret when given in a URL's query.

@@ -11,7 +11,9 @@ import pytest
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from spark_jobs.sources.children import Limits, SourceContext
-from spark_jobs.sources.files import BoundedFiles, FileManifest, InputFileError, LandingFiles
+from spark_jobs.sources.file_manifest import FileManifest
+from spark_jobs.sources.file_reading import InputFileError
+from spark_jobs.sources.files import BoundedFiles, LandingFiles
 from spark_jobs.storage.files import StateDirectory, StorageError, list_files, resolve_uri
 from tests.spark_jobs.sources.conftest import SPARK_SCHEMA, arrow_table, land, write_file
 
