@@ -92,7 +92,8 @@ class JobPoller:
 
     :param read: Reads the job's given number of latest checkpoints, lease and clock;
         blocking (it runs in a thread).
-    :param ended: Called once the last subscriber has left.
+    :param ended: Called once the last subscriber has left and no read is under way (a
+        thread cannot be cancelled: the read it runs still uses the connections).
     """
 
     def __init__(self, read: Callable[[int], JobPoll], ended: Callable[[], None]):
@@ -100,20 +101,36 @@ class JobPoller:
         self._ended = ended
         self._subscribers: set[Subscription] = set()
         self._task: asyncio.Task[None] | None = None
+        self._reading: asyncio.Future[JobPoll] | None = None
 
     def subscribe(self, checkpoints: int, interval_s: float) -> Subscription:
         subscription = Subscription(checkpoints, interval_s)
         self._subscribers.add(subscription)
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._poll())
+            self._task.add_done_callback(self._stopped)
         return subscription
 
-    def unsubscribe(self, subscription: Subscription) -> None:
+    def unsubscribe(self, subscription: Subscription) -> bool:
+        """Leave; True if it was the last subscriber, which stops the poller."""
         self._subscribers.discard(subscription)
-        if not self._subscribers and self._task is not None:
-            self._task.cancel()
-            self._task = None
+        if self._subscribers or self._task is None:
+            return False
+        self._task.cancel()
+        self._task = None
+        return True
+
+    def _stopped(self, _task: asyncio.Task[None]) -> None:
+        reading = self._reading
+        if reading is None or reading.done():
             self._ended()
+        else:
+            reading.add_done_callback(self._last_read_done)
+
+    def _last_read_done(self, reading: asyncio.Future[JobPoll]) -> None:
+        if not reading.cancelled():
+            reading.exception()  # nobody is left to tell; retrieved so asyncio does not log it
+        self._ended()
 
     async def _poll(self) -> None:
         failed_delay_s: float | None = None
@@ -121,8 +138,10 @@ class JobPoller:
             checkpoints = max(s.checkpoints for s in self._subscribers)
             interval_s = min(s.interval_s for s in self._subscribers)
             at = datetime.now(UTC)
+            self._reading = asyncio.ensure_future(asyncio.to_thread(self._read, checkpoints))
             try:
-                found = await asyncio.to_thread(self._read, checkpoints)
+                # Shielded: leaving cancels the poll, not the read, which ends in its thread.
+                found = await asyncio.shield(self._reading)
             except Exception as error:
                 failed_delay_s = retry_delay(failed_delay_s, interval_s)
                 poll = Poll(at, checkpoints, None, error, failed_delay_s)
@@ -145,7 +164,7 @@ def subscribed(
 ) -> Iterator[Subscription]:
     """A subscription to the job's poller in the running event loop, started if it is the
     first; leaving the block (also by cancellation) unsubscribes, and the last one out ends
-    the poller and closes its database connections."""
+    the poller, which closes its database connections once a read under way has ended."""
     pollers = _pollers.setdefault(asyncio.get_running_loop(), {})
     key = (metrics_conn_id, job_name)
     poller = pollers.get(key)
@@ -156,7 +175,6 @@ def subscribed(
             return read_job(hook, job_name, count)
 
         def ended() -> None:
-            del pollers[key]
             if "engine" in hook.__dict__:  # it connected: close its pooled connections
                 hook.engine.dispose()
 
@@ -165,4 +183,6 @@ def subscribed(
     try:
         yield subscription
     finally:
-        poller.unsubscribe(subscription)
+        # A trigger that comes while the last read ends starts a poller of its own.
+        if poller.unsubscribe(subscription) and pollers.get(key) is poller:
+            del pollers[key]

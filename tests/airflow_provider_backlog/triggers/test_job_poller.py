@@ -3,6 +3,7 @@ is counted where SQLAlchemy sends it to the database."""
 
 import asyncio
 import contextlib
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -128,6 +129,54 @@ def test_cancelled_triggers_leave_and_the_last_one_out_ends_the_poll(connected):
     # A read already in its thread as the last trigger left ends there (a thread cannot be
     # cancelled); a poll that went on would have read about ten times more.
     assert reads["events"] <= after_cancel + 1, "reads went on after every trigger left"
+
+
+@pytest.mark.parametrize("outcome", ["returns", "raises"])
+def test_the_last_one_out_closes_the_connections_only_after_the_read_under_way(outcome):
+    """Disposing the engine while a read still runs in its thread would close the
+    connection under it; the poller ends once that read has ended, however it ends."""
+    entered, release = threading.Event(), threading.Event()
+    ended: list[bool] = []
+
+    def read(_count: int):
+        entered.set()
+        release.wait(10)
+        if outcome == "raises":
+            raise ConnectionError("the database went away")
+        return None
+
+    async def scenario():
+        poller = job_poller.JobPoller(read, lambda: ended.append(release.is_set()))
+        subscription = poller.subscribe(1, INTERVAL_S)
+        await asyncio.to_thread(entered.wait, 10)
+        assert poller.unsubscribe(subscription)
+        await asyncio.sleep(0.2)
+        assert ended == [], "ended while its read was still under way"
+        release.set()
+        for _ in range(100):
+            if ended:
+                break
+            await asyncio.sleep(0.05)
+
+    asyncio.run(scenario())
+    assert ended == [True]
+
+
+def test_a_trigger_that_comes_while_the_last_read_ends_gets_a_poller_of_its_own(connected):
+    add_checkpoints(connected, "events", "run-1", datetime.now(UTC), "l")
+
+    async def scenario():
+        with job_poller.subscribed(CONN_ID, "events", 1, INTERVAL_S) as first:
+            await first.next()
+            old = pollers()[(CONN_ID, "events")]
+        with job_poller.subscribed(CONN_ID, "events", 1, INTERVAL_S) as second:
+            assert pollers()[(CONN_ID, "events")] is not old
+            poll = await asyncio.wait_for(second.next(), 30)
+        assert not pollers()
+        return poll
+
+    poll = asyncio.run(scenario())
+    assert poll.error is None and poll.found is not None
 
 
 def test_a_trigger_asking_for_more_checkpoints_gets_a_read_of_as_many(connected):
