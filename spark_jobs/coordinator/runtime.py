@@ -26,7 +26,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 from sqlalchemy.exc import SQLAlchemyError
 
-from spark_jobs.backlog.config import METRICS_URL, BacklogConfig
+from spark_jobs.backlog.config import METRICS_URL, BacklogConfig, ConfigError
 from spark_jobs.backlog.graph import OperatorGraph
 from spark_jobs.backlog.values import format_duration, processing_time
 from spark_jobs.coordinator import recovery
@@ -65,6 +65,39 @@ NO_DATA_BATCHES = "spark.sql.streaming.noDataMicroBatches.enabled"
 #: Where, under the checkpoint location the lease is held on, metrics rows wait for the
 #: database: durable storage the next run reads if this driver dies.
 JOURNAL_DIRECTORY = "metrics-journal"
+
+
+def with_metrics_password(conf: dict[str, str]) -> dict[str, str]:
+    """Spark's conf with the metrics database's password, which only the environment holds
+    (conf shows in Spark's UI and logs)."""
+    if METRICS_URL in conf:
+        conf[METRICS_URL] = with_password(conf[METRICS_URL], os.environ.get(METRICS_PASSWORD_ENV))
+    return conf
+
+
+def refuse_if_leased(conf: dict[str, str], checkpoint_location: str) -> None:
+    """Raise LeaseHeld, as ``hold_lease`` would, before a Spark session starts: the check
+    needs only the database, and a refused launch should not start a JVM, its UI and its
+    executors first. A standby (``wait-for-handover``) starts while the lease is held, so it
+    is not checked. A database that does not answer, or conf this check cannot see whole
+    (a console command's ``spark-defaults.conf``), is left to ``hold_lease``."""
+    try:
+        config = BacklogConfig.from_spark_conf(
+            with_metrics_password(dict(conf)), conf.get("spark.app.name")
+        )
+    except ConfigError:
+        return
+    if config.lease_handover_wait_s is not None:
+        return
+    store = LeaseStore(config.metrics_url)
+    try:
+        ttl_s = config.lease_ttl_s
+        location = normalize_location(checkpoint_location)
+        store.check_free(config.job_name, location, ttl_s, wait_s=ttl_s * 1.2)
+    except SQLAlchemyError:
+        return
+    finally:
+        store.close()
 
 
 class QueryStart(NamedTuple):
@@ -112,11 +145,9 @@ class BacklogRuntime:
         self.spark = spark
         # spark-submit --conf lands in the context; builder.config and spark.conf.set on a
         # running session only in the session's conf, which wins.
-        conf = dict(spark.sparkContext.getConf().getAll()) | spark.conf.getAll
-        if METRICS_URL in conf:
-            conf[METRICS_URL] = with_password(
-                conf[METRICS_URL], os.environ.get(METRICS_PASSWORD_ENV)
-            )
+        conf = with_metrics_password(
+            dict(spark.sparkContext.getConf().getAll()) | spark.conf.getAll
+        )
         self._conf = conf
         self.config = config or BacklogConfig.from_spark_conf(conf, conf.get("spark.app.name"))
         self._clock = clock

@@ -37,11 +37,12 @@ from pyspark.sql import DataFrame, SparkSession
 
 from spark_jobs.backlog.table_names import TableNameError, as_part, split_table_name
 from spark_jobs.backlog.values import count_argument, duration_argument
-from spark_jobs.coordinator.runtime import BacklogRuntime
+from spark_jobs.coordinator.runtime import BacklogRuntime, refuse_if_leased
 from spark_jobs.jobs.cli import (
     REFUSED,
     add_run_arguments,
     check_run_arguments,
+    launch_conf,
     run_command,
     spark_session,
 )
@@ -191,6 +192,8 @@ def check_source(args: argparse.Namespace) -> TableShape:
 
 
 def run(args: argparse.Namespace) -> None:
+    # Before the source is touched: a refused launch leaves the slot and the target alone.
+    refuse_if_leased(launch_conf("backlog-cdc", args), resolve_uri(args.checkpoint))
     shape = check_source(args)
     target = None if args.target is None else target_of(args, shape)
     try:

@@ -7,6 +7,7 @@ import argparse
 import sys
 from collections.abc import Callable
 
+from pyspark import SparkConf, SparkContext
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 
@@ -74,6 +75,18 @@ def spark_session(app_name: str, args: argparse.Namespace) -> SparkSession:
     for item in args.conf:
         builder = builder.config(*item.split("=", 1))
     return builder.getOrCreate()
+
+
+def launch_conf(app_name: str, args: argparse.Namespace) -> dict[str, str]:
+    """The conf ``spark_session`` starts a session with, read without starting one: under
+    spark-submit through its JVM, which is up already; for the console command its
+    ``--conf`` (``spark-defaults.conf`` would take a JVM to read)."""
+    conf: dict[str, str] = {}
+    if under_spark_submit():
+        SparkContext._ensure_initialized()  # connects to spark-submit's JVM; starts nothing
+        conf |= dict(SparkConf().getAll())
+    conf["spark.app.name"] = app_name
+    return conf | dict(item.split("=", 1) for item in args.conf)
 
 
 def run_command(

@@ -36,8 +36,14 @@ from spark_jobs.backlog.values import (
     processing_time,
 )
 from spark_jobs.coordinator.event_time import observe_event_time
-from spark_jobs.coordinator.runtime import BacklogRuntime
-from spark_jobs.jobs.cli import add_run_arguments, check_run_arguments, run_command, spark_session
+from spark_jobs.coordinator.runtime import BacklogRuntime, refuse_if_leased
+from spark_jobs.jobs.cli import (
+    add_run_arguments,
+    check_run_arguments,
+    launch_conf,
+    run_command,
+    spark_session,
+)
 from spark_jobs.storage.files import resolve_uri
 
 logger = logging.getLogger("spark_jobs.jobs.events_pipeline")
@@ -179,6 +185,7 @@ def windowed_totals(events: DataFrame, args: argparse.Namespace) -> DataFrame:
 
 
 def run(args: argparse.Namespace) -> None:
+    refuse_if_leased(launch_conf("backlog-events", args), resolve_uri(args.checkpoint))
     spark = spark_session("backlog-events", args)
     try:
         runtime = BacklogRuntime(spark)

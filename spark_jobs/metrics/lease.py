@@ -243,6 +243,25 @@ class LeaseStore:
                     raise LeaseHeld(str(busy)) from None
             time.sleep(min(1.0, ttl_s / 3))
 
+    def check_free(
+        self, job_name: str, checkpoint_location: str, ttl_s: float, wait_s: float
+    ) -> None:
+        """Raise LeaseHeld where ``acquire`` would, waiting as long, without taking the
+        lease: a launch asks this before it starts a Spark session, which the lease's row
+        names (its UI), so that a refused launch costs a database read, not a JVM."""
+        deadline = self._monotonic() + wait_s
+        while True:
+            with self._transaction() as connection:
+                held = lease_at(connection, checkpoint_location)
+                alive = held is not None and held.alive(database_now(connection))
+            if held is not None and held.job_name != job_name:
+                raise LeaseHeld(_another_job(job_name, held))
+            if not alive:
+                return
+            if self._monotonic() >= deadline:
+                raise LeaseHeld(_held_by(held))
+            time.sleep(min(1.0, ttl_s / 3))
+
     def take_over(
         self,
         job_name: str,

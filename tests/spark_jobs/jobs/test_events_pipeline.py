@@ -1,8 +1,15 @@
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from spark_jobs.jobs.events_pipeline import hybrid_children, parse_args
+from spark_jobs.metrics.lease import LeaseStore
+from spark_jobs.storage.files import normalize_location
+
+REPO = Path(__file__).resolve().parents[3]
 
 PATHS = ["--history", "/h", "--landing", "/l", "--output", "/o", "--checkpoint", "/c"]
 
@@ -73,3 +80,39 @@ def test_one_live_phase_only(capsys):
     assert "argument --kafka-bootstrap-servers: not allowed with argument --landing" in (
         capsys.readouterr().err
     )
+
+
+def test_a_launch_on_a_held_checkpoint_is_refused_before_a_jvm_starts(tmp_path):
+    """The refusal needs only the database: no gateway, no session, no UI is started."""
+    metrics = f"sqlite:///{tmp_path / 'metrics.db'}"
+    checkpoint = tmp_path / "checkpoint"
+    store = LeaseStore(metrics)
+    try:
+        store.acquire("events", normalize_location(str(checkpoint)), "run-1", 60)
+        argv = [
+            *["--history", str(tmp_path), "--landing", str(tmp_path)],
+            *["--output", str(tmp_path / "out"), "--checkpoint", str(checkpoint)],
+            *["--conf", f"spark.backlog.metrics.url={metrics}"],
+            *["--conf", "spark.backlog.job-name=events", "--conf", "spark.backlog.lease.ttl=3s"],
+        ]
+        probe = (
+            "import sys\n"
+            "from pyspark import SparkContext\n"
+            "from spark_jobs.jobs.events_pipeline import main\n"
+            "code = main(sys.argv[1:])\n"
+            "print('gateway started:', SparkContext._gateway is not None)\n"
+            "sys.exit(code)\n"
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", probe, *argv],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        store.close()
+    assert done.returncode == 2, done.stderr
+    assert "gateway started: False" in done.stdout
+    assert f"job 'events' at checkpoint {normalize_location(str(checkpoint))}" in done.stderr
+    assert "is already run by run-1" in done.stderr

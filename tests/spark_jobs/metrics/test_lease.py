@@ -86,6 +86,27 @@ def test_a_released_lease_is_free_at_once(stores):
     assert second.acquire("events", CHECKPOINT, "run-2", 30).lease.run_id == "run-2"
 
 
+def test_checking_before_a_launch_refuses_as_acquiring_would_and_takes_nothing(stores):
+    first, second = stores
+    acquired = first.acquire("events", CHECKPOINT, "run-1", 30)
+    with pytest.raises(LeaseHeld, match="is already run by run-1"):
+        second.check_free("events", CHECKPOINT, 30, wait_s=0)
+    with pytest.raises(LeaseHeld, match="belongs to job 'events'"):
+        second.check_free("orders", CHECKPOINT, 30, wait_s=5)
+    assert second.get(CHECKPOINT) == acquired.lease, "the check wrote to the lease's row"
+    second.check_free("events", CHECKPOINT + "-b", 30, wait_s=0)
+    assert second.get(CHECKPOINT + "-b") is None
+    first.release(acquired.lease)
+    second.check_free("events", CHECKPOINT, 30, wait_s=0)
+
+
+def test_checking_before_a_launch_waits_out_a_lease_that_is_no_longer_renewed(stores):
+    first, second = stores
+    first.acquire("events", CHECKPOINT, "run-1", 0.5)
+    second.check_free("events", CHECKPOINT, 0.5, wait_s=5)
+    assert second.acquire("events", CHECKPOINT, "run-2", 30).previous_run_id == "run-1"
+
+
 def standby_of(store: LeaseStore, job_name: str, run_id: str):
     with store._engine.connect() as connection:
         return standing_by(connection, job_name, run_id)
