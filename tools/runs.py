@@ -16,8 +16,8 @@ from typing import Protocol
 import spark_jobs.jobs.events_pipeline as events_pipeline
 from spark_jobs.backlog.values import count_argument
 from spark_jobs.jobs import jvm_archive
-from spark_jobs.jobs.cli import DAEMON_MODULE
 from spark_jobs.jobs.startup import job_environment, require_java, spark_submit_command
+from spark_jobs.jobs.worker_daemon import DAEMON_CONF
 from tools.data import KafkaProducerThread, LiveProducer, history_range, write_history
 from tools.report import Checkpoint, caught_up, load
 
@@ -190,7 +190,7 @@ def local_spark_conf(job: str, metrics_url: str, conf: dict[str, str]) -> dict[s
         "spark.master": "local[2]",
         "spark.ui.enabled": "false",
         "spark.driver.extraJavaOptions": driver_java_options(),
-        DAEMON_MODULE[0]: DAEMON_MODULE[1],
+        DAEMON_CONF[0]: DAEMON_CONF[1],
         "spark.backlog.job-name": job,
         "spark.backlog.metrics.url": metrics_url,
         **conf,

@@ -37,6 +37,7 @@ from spark_jobs.backlog.config import (
     BacklogConfig,
 )
 from spark_jobs.backlog.secrets import SPARK_REDACTION_REGEX
+from spark_jobs.jobs.worker_daemon import DAEMON_CONF
 from spark_jobs.metrics.schema import METRICS_PASSWORD_ENV, split_password
 
 logger = logging.getLogger(__name__)
@@ -50,9 +51,6 @@ _K8S_DRIVER_POD = re.compile(r"pod name: (\S+-driver)\s*$", re.MULTILINE)
 _LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1", "0.0.0.0")
 #: This host's interpreters, which mean nothing to a driver in the cluster.
 _LOCAL_PYTHON = ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")
-#: The job's Python worker daemon (spark_jobs/jobs/worker_daemon.py), named here since the
-#: Airflow side does not import the job's package.
-WORKER_DAEMON = ("spark.python.daemon.module", "spark_jobs.jobs.worker_daemon")
 #: Spark's log level in the drivers we launch, unless the profile or conf sets ``spark.log.level``.
 DRIVER_LOG_LEVEL = "WARN"
 
@@ -286,7 +284,7 @@ class BacklogSubmitHook(SparkSubmitAdapter):
         # the metrics tables hold anyway): at a batch a second, 160 MiB an hour.
         self.spark_conf.setdefault("spark.log.level", DRIVER_LOG_LEVEL)
         # Python workers that import compiled PySpark, not the zip copy Spark puts first.
-        self.spark_conf.setdefault(*WORKER_DAEMON)
+        self.spark_conf.setdefault(*DAEMON_CONF)
         self.cluster_mode = self.deploy_mode == "cluster"
         self.submits_only = False
         if self.cluster_mode:

@@ -20,12 +20,11 @@ from spark_jobs.jobs.startup import (
     require_java,
     under_spark_submit,
 )
+from spark_jobs.jobs.worker_daemon import DAEMON_CONF
 from spark_jobs.metrics.lease import LeaseHeld, LeaseLost
 
 #: Exit codes: refused before anything ran, the query failed, the lease was lost.
 REFUSED, FAILED, LEASE_LOST = 2, 1, 3
-#: Python workers start from our daemon, which imports compiled PySpark (python_path).
-DAEMON_MODULE = ("spark.python.daemon.module", "spark_jobs.jobs.worker_daemon")
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
@@ -65,13 +64,13 @@ def spark_session(app_name: str, args: argparse.Namespace) -> SparkSession:
     """The session, with ``--conf`` applied; Spark's UI and event log hide our secrets too
     (a password inside a URL). A console command's Python workers start from our daemon
     unless ``--conf`` names another; under spark-submit, whatever submits the job says
-    (the launch operator and the tools pass ``DAEMON_MODULE``), since conf set here would
+    (the launch operator and the tools pass ``DAEMON_CONF``), since conf set here would
     override spark-submit's."""
     builder = SparkSession.builder.appName(app_name).config(
         "spark.redaction.regex", SPARK_REDACTION_REGEX
     )
     if not under_spark_submit():
-        builder = builder.config(*DAEMON_MODULE)
+        builder = builder.config(*DAEMON_CONF)
     for item in args.conf:
         builder = builder.config(*item.split("=", 1))
     return builder.getOrCreate()

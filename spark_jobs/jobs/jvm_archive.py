@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -40,6 +41,13 @@ BUILD_EVENTS = 2000
 
 def archive_path(directory: Path = DEFAULT_DIRECTORY) -> Path:
     """Named by what the archive depends on: the JDK, pyspark's release and its jars."""
+    return directory / f"driver-{_installation()}.jsa"
+
+
+@functools.cache
+def _installation() -> str:
+    """A digest of the JDK's version banner, pyspark's release and its jars' names: asked
+    once per process (``java -version`` starts a JVM)."""
     import pyspark
 
     jars = Path(pyspark.__file__).parent / "jars"
@@ -48,7 +56,7 @@ def archive_path(directory: Path = DEFAULT_DIRECTORY) -> Path:
         ["java", "-version"], capture_output=True, text=True, check=True, env=plain
     )
     key = "\n".join([java.stderr, pyspark.__version__, *sorted(p.name for p in jars.iterdir())])
-    return directory / f"driver-{hashlib.sha256(key.encode()).hexdigest()[:16]}.jsa"
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
 def java_options(archive: Path, base: str = "") -> str:
@@ -99,8 +107,15 @@ def _build(path: Path, base: str) -> None:
             f"the short run that makes the JVM archive failed ({run.returncode}):\n"
             f"{run.stdout[-3000:]}"
         )
-    for stale in path.parent.glob("driver-*.jsa"):
-        stale.unlink()
+    _install(partial, path)
+
+
+def _install(partial: Path, path: Path) -> None:
+    """Move the new archive in; other installations' archives, locks and partial archives
+    go (a process still holding such a lock keeps its open file)."""
+    for stale in path.parent.glob("driver-*"):
+        if stale.stem != path.stem:
+            stale.unlink(missing_ok=True)
     os.replace(partial, path)
 
 

@@ -13,7 +13,7 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 def spark(jvm_archive):
     from pyspark.sql import SparkSession
 
-    from spark_jobs.jobs.cli import DAEMON_MODULE
+    from spark_jobs.jobs.worker_daemon import DAEMON_CONF
 
     session = (
         SparkSession.builder.master("local[2]")
@@ -21,7 +21,7 @@ def spark(jvm_archive):
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.session.timeZone", "UTC")
-        .config(*DAEMON_MODULE)
+        .config(*DAEMON_CONF)
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("WARN")

@@ -1,3 +1,4 @@
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -11,8 +12,38 @@ def test_the_archive_is_named_by_the_jdk_and_spark_it_holds(tmp_path, monkeypatc
     assert first.name.startswith("driver-") and first.suffix == ".jsa"
     assert jvm_archive.archive_path(tmp_path) == first
     # The JDK echoes JAVA_TOOL_OPTIONS in its version banner: that does not rename it.
+    jvm_archive._installation.cache_clear()
     monkeypatch.setenv("JAVA_TOOL_OPTIONS", "-Dignored=1")
     assert jvm_archive.archive_path(tmp_path) == first
+
+
+def test_the_jdk_is_asked_once_per_process(tmp_path, monkeypatch):
+    asked = []
+    run = subprocess.run
+
+    def counted(command, **kwargs):
+        asked.append(command)
+        return run(command, **kwargs)
+
+    monkeypatch.setattr(subprocess, "run", counted)
+    jvm_archive._installation.cache_clear()
+    paths = {jvm_archive.archive_path(tmp_path / str(n)).name for n in range(3)}
+    assert len(paths) == 1
+    assert asked == [["java", "-version"]]
+
+
+def test_a_new_archive_replaces_other_installations_files_and_keeps_its_lock(tmp_path):
+    path = tmp_path / "driver-new.jsa"
+    stale = ["driver-old.jsa", "driver-old.lock", "driver-old.partial", "driver-older.lock"]
+    for name in [*stale, "driver-new.lock", "driver-new.partial", "notes.txt"]:
+        (tmp_path / name).write_text(name)
+    jvm_archive._install(tmp_path / "driver-new.partial", path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "driver-new.jsa",
+        "driver-new.lock",
+        "notes.txt",
+    ]
+    assert path.read_text() == "driver-new.partial"
 
 
 @pytest.mark.parametrize(

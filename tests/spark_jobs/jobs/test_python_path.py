@@ -6,10 +6,9 @@ from pathlib import Path
 
 import pyspark
 
-from airflow_provider_backlog.hooks.submit import WORKER_DAEMON
-from spark_jobs.jobs import python_path
-from spark_jobs.jobs.cli import DAEMON_MODULE
+from spark_jobs.jobs import python_path, worker_daemon
 from spark_jobs.jobs.python_path import installed_copies
+from spark_jobs.jobs.worker_daemon import DAEMON_CONF
 
 SITE = "/venv/lib/python3.11/site-packages"
 ZIP = f"{SITE}/pyspark/python/lib/pyspark.zip"
@@ -66,9 +65,8 @@ def test_a_process_started_like_a_worker_imports_the_installed_package_after_the
     assert fixed.split()[0] == pyspark.__file__
 
 
-def test_the_launch_and_the_job_name_the_same_importable_daemon():
-    assert WORKER_DAEMON == DAEMON_MODULE
-    assert importlib.util.find_spec(DAEMON_MODULE[1]) is not None
+def test_the_daemon_conf_names_its_own_importable_module():
+    assert importlib.util.find_spec(DAEMON_CONF[1]).origin == worker_daemon.__file__
 
 
 def test_site_directories_with_spaces_and_quotes_are_matched_by_their_parts():
