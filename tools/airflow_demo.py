@@ -24,7 +24,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
 from types import FrameType
 
@@ -97,26 +97,37 @@ def airflow(*args: str) -> list[str]:
     return [os.path.join(os.path.dirname(sys.executable), "airflow"), *args]
 
 
-def task_states(home: Path, dag_id: str = DAG_ID) -> dict[str, str]:
-    """The latest state of each task of the DAG, from Airflow's own database."""
+def task_states(
+    home: Path, dag_id: str = DAG_ID, earlier_runs: Collection[str] = ()
+) -> dict[str, str]:
+    """The latest state of each task of the DAG, from Airflow's own database, leaving out
+    the runs ``earlier_runs`` names (a workspace's previous demo)."""
+    rows = _airflow_rows(
+        home,
+        "SELECT task_id, state, run_id FROM task_instance WHERE dag_id = :dag ORDER BY start_date",
+        dag_id,
+    )
+    return {task: state or "none" for task, state, run in rows if run not in earlier_runs}
+
+
+def dag_runs(home: Path, dag_id: str = DAG_ID) -> set[str]:
+    """The DAG's runs so far, by run id."""
+    rows = _airflow_rows(home, "SELECT run_id FROM dag_run WHERE dag_id = :dag", dag_id)
+    return {run for (run,) in rows}
+
+
+def _airflow_rows(home: Path, query: str, dag_id: str) -> list[sa.Row]:
     database = home / "airflow.db"
     if not database.exists():
-        return {}
+        return []
     engine = sa.create_engine(f"sqlite:///{database}")
     try:
         with engine.connect() as connection:
-            rows = connection.execute(
-                sa.text(
-                    "SELECT task_id, state FROM task_instance WHERE dag_id = :dag "
-                    "ORDER BY start_date"
-                ),
-                {"dag": dag_id},
-            ).all()
+            return list(connection.execute(sa.text(query), {"dag": dag_id}).all())
     except sa.exc.OperationalError:
-        return {}  # not migrated yet, or busy
+        return []  # not migrated yet, or busy
     finally:
         engine.dispose()
-    return {task: state or "none" for task, state in rows}
 
 
 def by_run(checkpoints: Sequence[Checkpoint]) -> dict[str, list[Checkpoint]]:
@@ -170,10 +181,15 @@ class Follower:
         self.metrics_url = metrics_url
         self.states: dict[str, str] = {}
         self.shown = 0
+        #: The runs of an earlier demo in this workspace, whose states are not this one's.
+        self.earlier_runs = dag_runs(home)
+
+    def task_states(self) -> dict[str, str]:
+        return task_states(self.home, earlier_runs=self.earlier_runs)
 
     def step(self) -> list[Checkpoint]:
         """Print what changed since the last step; the job's checkpoints so far."""
-        now = task_states(self.home)
+        now = self.task_states()
         for task, state in now.items():
             if self.states.get(task) != state:
                 say(f"[airflow] {task}: {state}")
@@ -476,7 +492,7 @@ def run_dag_test(
     while dag_test.poll() is None:
         follower.step()
         time.sleep(1.0)
-    states = task_states(follower.home)
+    states = follower.task_states()
     if dag_test.returncode == 0 and states and not failed_tasks(states):
         say(
             "the DAG run has ended; the job runs on, as in production: following its live "

@@ -1,8 +1,10 @@
 """What ``scripts/demo`` prints of the job's runs, and how long it follows the live one:
 the steady live freshness beside each run's live interval, read from the checkpoints."""
 
+import sqlalchemy as sa
+
 from tools import REPOSITORY
-from tools.airflow_demo import LIVE_RUN_S, live_run_followed, run_lines
+from tools.airflow_demo import DAG_ID, LIVE_RUN_S, Follower, live_run_followed, run_lines
 from tools.report import Checkpoint
 
 
@@ -65,3 +67,30 @@ def test_the_running_page_quotes_the_runs_table_and_how_long_the_live_run_is_fol
     page = (REPOSITORY / "docs" / "running.md").read_text(encoding="utf-8")
     assert f"\n      {run_lines([])[0]}\n" in page
     assert f"the live profile's run has run {LIVE_RUN_S:g} s" in page
+
+
+def test_a_second_demo_in_a_workspace_follows_only_its_own_dag_run(tmp_path):
+    """The workspace keeps Airflow's database: the previous demo's run is not this one's."""
+    engine = sa.create_engine(f"sqlite:///{tmp_path / 'airflow.db'}")
+    with engine.begin() as connection:
+        connection.exec_driver_sql("CREATE TABLE dag_run (dag_id TEXT, run_id TEXT)")
+        connection.exec_driver_sql(
+            "CREATE TABLE task_instance (dag_id TEXT, run_id TEXT, task_id TEXT, state TEXT, "
+            "start_date TEXT)"
+        )
+        connection.exec_driver_sql(f"INSERT INTO dag_run VALUES ('{DAG_ID}', 'manual__1')")
+        for task in ("launch", "wait_live", "relaunch"):
+            connection.exec_driver_sql(
+                "INSERT INTO task_instance VALUES (?, 'manual__1', ?, 'failed', '2026-11-27')",
+                (DAG_ID, task),
+            )
+    follower = Follower(tmp_path, f"sqlite:///{tmp_path / 'metrics.db'}")
+    assert follower.task_states() == {}
+    with engine.begin() as connection:
+        connection.exec_driver_sql(f"INSERT INTO dag_run VALUES ('{DAG_ID}', 'manual__2')")
+        connection.exec_driver_sql(
+            "INSERT INTO task_instance VALUES (?, 'manual__2', 'launch', 'running', '2026-11-28')",
+            (DAG_ID,),
+        )
+    engine.dispose()
+    assert follower.task_states() == {"launch": "running"}
