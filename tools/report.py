@@ -329,11 +329,12 @@ def timeline_figure(
             twin.plot(*zip(*fresh, strict=True), ".-", color=FRESHNESS_COLOUR, lw=1, ms=3)
             twin.set_yscale("log")
             twin.set_ylabel("freshness p50 (s)", color=FRESHNESS_COLOUR)
-        axis.legend(handles=legend, loc="upper right", fontsize="small")
         if strip is not None:
             strips[index] = (cells, strip, _draw_marks(strip, axis, panel_marks[index], origin))
     axis.set_xlabel("seconds since the first batch started (grey lines: checkpoints)")
     figure.suptitle(title)
+    # Below the panels, once: inside one it could cover a tall bar.
+    figure.legend(handles=legend, loc="outside lower center", ncols=len(legend), fontsize="small")
     _lay_out_labels(figure, panels, strips)
     return figure
 
@@ -417,7 +418,7 @@ def _lay_out_labels(
         cells.set_height_ratios([rows * LABEL_ROW_IN, PANEL_IN])
         heights.append(PANEL_IN + rows * LABEL_ROW_IN)
     panels.set_height_ratios(heights)
-    figure.set_figheight(sum(heights))
+    figure.set_figheight(sum(heights) + LEGEND_IN)
 
 
 @dataclass(frozen=True)
@@ -468,9 +469,10 @@ def save_chart(figure: Any, path: Path, dpi: int = 110) -> Path:
 
 
 #: A panel's height without its labels, a row of labels above it, and how far a label
-#: keeps from its mark line and from the label before it in its row.
+#: keeps from its mark line and from the label before it in its row; the legend's row.
 PANEL_IN = 3.4
 LABEL_ROW_IN = 0.16
+LEGEND_IN = 0.3
 LABEL_PAD_PT = 2.0
 LABEL_GAP_PT = 6.0
 BACKLOG_COLOUR = "#b5651d"

@@ -126,6 +126,28 @@ def test_the_timeline_chart_is_a_png(tmp_path):
     assert path.stat().st_size > 10_000
 
 
+def test_the_legend_covers_no_bar_however_tall():
+    batches = [
+        checkpoint(0, 0, 5, True, 10**9),
+        *(checkpoint(i, 5 + i, 1, False, 10**9, quantiles=[4.0 + i]) for i in range(1, 30)),
+    ]
+    figure = timeline_figure([("tall", batches), ("also tall", batches)], "title")
+    figure.draw_without_rendering()
+    (legend,) = figure.legends
+    box = legend.get_window_extent()
+    assert [t.get_text() for t in legend.get_texts()] == [
+        "backlog batch",
+        "backlog by lag",
+        "live batch",
+        "live freshness p50",
+    ]
+    texts = [figure._suptitle, *(axis.xaxis.label for axis in figure.axes)]
+    covered = [*figure.axes, *texts]
+    assert not any(box.overlaps(item.get_window_extent()) for item in covered)
+    assert figure.bbox.x0 <= box.x0 and box.x1 <= figure.bbox.x1
+    assert figure.bbox.y0 <= box.y0 and box.y1 <= figure.bbox.y1
+
+
 def test_labels_clear_of_each_other_share_the_row_nearest_the_bars():
     places = place_labels([0, 100, 300], [80, 150, 50], right=1000, gap=6)
     # 0-80, 100-250 and 300-350: each starts more than 6 px after the one before ends.
