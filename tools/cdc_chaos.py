@@ -45,13 +45,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-import sqlalchemy as sa
-
 import spark_jobs.jobs.cdc_pipeline as cdc_pipeline
 from spark_jobs.jobs.startup import job_environment
-from spark_jobs.metrics.schema import make_engine
 from spark_jobs.sources.cdc.child import default_slot_name
-from spark_jobs.sources.cdc.lsn import parse_lsn
+from spark_jobs.sources.cdc.lsn import format_lsn, parse_lsn
+from spark_jobs.sources.cdc.slot import ReplicationSlot, SlotError
 from tools.cdc_check import StreamCheck, check_changes, kinds_seen, read_changes
 from tools.cdc_data import ChangeWriter, create_accounts, table_rows
 from tools.cdc_runs import CdcRun, cdc_server, target_server
@@ -149,24 +147,22 @@ class CdcTrial:
     def slot_ahead(self) -> str | None:
         """What is wrong if the slot is past the end of Spark's last committed batch;
         None if it is not, or if there is no slot or commit yet."""
-        slot = default_slot_name(f"{self.run.checkpoint}/source", cdc_pipeline.SOURCE_NAME)
-        engine = make_engine(self.source.url)
+        name = default_slot_name(f"{self.run.checkpoint}/source", cdc_pipeline.SOURCE_NAME)
+        slot = ReplicationSlot(self.source.url, name, name, TABLE)
         try:
-            with engine.connect() as connection:
-                confirmed = connection.execute(
-                    sa.text(
-                        "SELECT confirmed_flush_lsn::text FROM pg_replication_slots "
-                        "WHERE slot_name = :slot"
-                    ),
-                    {"slot": slot},
-                ).scalar()
+            confirmed = slot.confirmed_flush_lsn()
+        except SlotError:  # no slot yet (a lost one fails the job by name)
+            return None
         finally:
-            engine.dispose()
+            slot.close()
         done = self.batches("commits")
         end = self.position(done[-1]) if done else None
-        if confirmed is None or end is None or parse_lsn(confirmed) <= parse_lsn(end["lsn"]):
+        if end is None or confirmed <= parse_lsn(end["lsn"]):
             return None
-        return f"slot {slot} at {confirmed}, past the last committed batch's end {end['lsn']}"
+        return (
+            f"slot {name} at {format_lsn(confirmed)}, past the last committed batch's end "
+            f"{end['lsn']}"
+        )
 
     def take_away(self, fault: str, server: PostgresServer, seconds: float) -> None:
         """``server`` stopped (sessions cut, data kept) for ``seconds``, then started again."""
