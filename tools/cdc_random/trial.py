@@ -45,6 +45,8 @@ from tools.micro_batches import Killed
 REASONS = {
     "the table changed while the job ran": re.compile(
         r"table \S.* changed (since the copy began|in the transaction|while a snapshot chunk)"
+        # A partitioned table's identity changed: its partitions keep theirs.
+        r"|partition \S.* has another replica identity than the table's"
     ),
     "the publication changed while the job ran": re.compile(
         r"publication '\w+' on \S+ (changed since the copy began|does not publish)"
@@ -219,7 +221,7 @@ def _finish(
     servers: Servers,
     target_url: str,
     target_table: str,
-    shape: TableShape,
+    shape: TableShape | None,
 ) -> None:
     """What the workload did, and the copy compared with the table if the copy went on."""
     result.transactions = workload.counts.transactions
@@ -228,9 +230,11 @@ def _finish(
         result.broken = f"a writer failed: {workload.errors[0]!r}"
     if result.ddl is not None and not workload.shape_changed:
         result.ddl += " (refused by the server)"
+    elif result.ddl is not None and not workload.copy_had_begun:
+        result.ddl += " (before the copy began)"  # going on and failing by name both fit
     elif result.ddl is not None and result.failed_by_name is None and result.broken is None:
         result.broken = f"{result.ddl} was made and the copy went on"
-    if result.failed_by_name is None and result.broken is None:
+    if result.failed_by_name is None and result.broken is None and shape is not None:
         found = compare(servers.source_url, result.table.name, target_url, target_table, shape)
         _measure(result, found, _count_rows(servers.source_url, result.table))
         result.examples = [d.describe(shape) for d in found[:3]]
@@ -340,9 +344,11 @@ def run_job_trial(
         result.broken = f"the job did not stop once live and idle; see {runs.logs[-1]}"
     elif code != 0:
         _failed(result, runs.errors())
-    shape = describe(SOURCE, servers.source_url, spec.name) if result.broken is None else None
-    if shape is not None:
-        _finish(result, workload, servers, target_url, target_table, shape)
+    # The table as it is now, when the copy is to be compared with it: a table that failed
+    # the job by name may be one that cannot be described.
+    compared = result.broken is None and result.failed_by_name is None
+    shape = describe(SOURCE, servers.source_url, spec.name) if compared else None
+    _finish(result, workload, servers, target_url, target_table, shape)
     teardown(servers.source_url, publication, publication, spec.name)
     return result
 

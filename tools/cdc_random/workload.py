@@ -61,6 +61,13 @@ class Counts:
         return sum(self.committed.values())
 
 
+def _slot_exists(connection: sa.Connection, name: str) -> bool:
+    found = connection.execute(
+        sa.text("SELECT 1 FROM pg_replication_slots WHERE slot_name = :name"), {"name": name}
+    )
+    return found.first() is not None
+
+
 class Workload:
     """``writers`` threads changing ``spec``'s table in ``url`` until ``stop()``."""
 
@@ -87,6 +94,9 @@ class Workload:
         self.errors: list[BaseException] = []
         #: Whether ``change_shape`` changed it (None: not asked to).
         self.shape_changed: bool | None = None
+        #: Whether the copy's slot existed when the shape changed: if not, the copy may
+        #: have begun with the new shape, and then rightly goes on.
+        self.copy_had_begun = True
 
     def start(self) -> Workload:
         for seed in self._seeds:
@@ -114,6 +124,7 @@ class Workload:
                 other_identity="DEFAULT" if self.spec.identity == "full" else "FULL",
             )
             with engine.begin() as connection:
+                self.copy_had_begun = _slot_exists(connection, publication)
                 for part in statement.split("; "):
                     connection.exec_driver_sql(part)
             self.shape_changed = True
