@@ -33,7 +33,7 @@ import yaml
 from sqlalchemy.engine import make_url
 
 from tests.support.prerequisites import missing
-from tools import airflow_demo
+from tools.demo import airflow_demo
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "docker-compose.yaml"
@@ -555,7 +555,7 @@ def check_the_data_volume_is_the_data_dir(stack: Stack) -> list[str]:
     needed = [
         *stack.services_running("scheduler"),
         *stack.services_running("org.apache.spark.deploy.worker.Worker"),
-        *stack.services_running("tools.sample_data"),
+        *stack.services_running("tools.data.sample_data"),
     ]
     for name in needed:
         if (next(iter(volumes), None), data_dir) not in stack.mounts(name):
@@ -1015,14 +1015,14 @@ BREAKAGES = [
             "docker/airflow/Dockerfile", "tools /opt/backlog/tools", "tools /opt/tools"
         ),
         check_the_images_hold_the_tools_their_services_run,
-        "service sample-data: runs tools.sample_data, but docker/airflow/Dockerfile does not "
+        "service sample-data: runs tools.data.sample_data, but docker/airflow/Dockerfile does not "
         "copy tools to /opt/backlog/tools",
     ),
     (
         "a tool run without a working directory",
         with_service("sample-data", lambda s: s.pop("working_dir")),
         check_the_images_hold_the_tools_their_services_run,
-        "service sample-data: runs tools.sample_data with no working_dir",
+        "service sample-data: runs tools.data.sample_data with no working_dir",
     ),
     (
         "a long-running service without a healthcheck",

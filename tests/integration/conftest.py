@@ -39,7 +39,7 @@ def pytest_collection_modifyitems(items):
 def broker(tmp_path):
     """A Kafka-protocol broker on loopback in its own process, with the events topic."""
     from tests.integration.jobs import KAFKA_PARTITIONS, KAFKA_TOPIC
-    from tools.broker import EmbeddedBroker
+    from tools.services.broker import EmbeddedBroker
 
     with EmbeddedBroker(tmp_path / "broker", {KAFKA_TOPIC: KAFKA_PARTITIONS}) as running:
         yield running

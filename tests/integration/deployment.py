@@ -17,8 +17,8 @@ import sqlalchemy as sa
 
 from spark_jobs.metrics.schema import make_engine, metadata
 from tests.integration.jobs import KAFKA_PARTITIONS, KAFKA_TOPIC, JobDirs, now
-from tools.airflow_demo import airflow, airflow_environment, task_states
-from tools.data import KafkaProducerThread, history_range, write_history
+from tools.data.events import KafkaProducerThread, history_range, write_history
+from tools.demo.airflow_demo import airflow, airflow_environment, task_states
 
 JOB = "events"
 

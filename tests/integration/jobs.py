@@ -20,13 +20,13 @@ import sqlalchemy as sa
 import spark_jobs.jobs.events_pipeline as events_pipeline
 from spark_jobs.jobs.startup import job_environment, spark_submit_command
 from spark_jobs.metrics.schema import as_utc, backlog_checkpoints, backlog_transitions, make_engine
-from tools.data import (
+from tools.data.events import (
     KafkaProducerThread,
     LiveProducer,
     history_range,
     write_history,
 )
-from tools.verify import (
+from tools.data.verify import (
     Comparison,
     Inputs,
     all_input,

@@ -46,8 +46,8 @@ from tests.integration.jobs import (
     now,
     wait_for,
 )
-from tools.airflow_demo import task_states
-from tools.cluster import StandaloneCluster
+from tools.demo.airflow_demo import task_states
+from tools.services.cluster import StandaloneCluster
 
 PHASED = ["launch_backlog_profile", "wait_until_live", "relaunch_live_profile", "watch_freshness"]
 

@@ -43,9 +43,9 @@ from tests.integration.jobs import (
 )
 from tests.support.api_server import stop, wait_until_healthy
 from tests.support.prerequisites import missing
-from tools.airflow_demo import airflow
-from tools.data import LiveProducer
-from tools.ports import free_port
+from tools.data.events import LiveProducer
+from tools.demo.airflow_demo import airflow
+from tools.services.ports import free_port
 
 JOB = "events"
 #: Jobs whose rows the test writes beside the run's: one a DAG of team_b names, one no DAG.

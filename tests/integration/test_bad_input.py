@@ -14,7 +14,7 @@ from tests.integration.jobs import (
     log_of,
     now,
 )
-from tools.data import write_history, write_landing_file
+from tools.data.events import write_history, write_landing_file
 
 
 def test_invalid_configuration_fails_before_any_query_starts(tmp_path):

@@ -1,6 +1,6 @@
 """``backlog-cdc-job`` on a real PostgreSQL (wal_level = logical) and real Spark, as users run it.
 
-A writer (``tools.cdc_data.ChangeWriter``) inserts, updates, deletes, moves keys and updates
+A writer (``tools.data.cdc_data.ChangeWriter``) inserts, updates, deletes, moves keys and updates
 far-apart pairs while the snapshot is read; the slot must never be ahead of Spark's last
 commit. The job killed in the snapshot, at the switch and in the changelog, with its raw change
 stream checked per key, is the fault campaign's cdc trial (tests/integration/test_chaos.py).
@@ -49,7 +49,7 @@ from tests.support.cdc_types import (
     output_text,
 )
 from tests.support.postgres import LOGICAL_DECODING, PostgresServer
-from tools.cdc_data import ChangeWriter, create_accounts, table_rows
+from tools.data.cdc_data import ChangeWriter, create_accounts, table_rows
 
 JOB = str(Path(sys.executable).parent / "backlog-cdc-job")
 ACCOUNTS = 2_000

@@ -1,6 +1,7 @@
-"""The randomized CDC test's short run (``tools/cdc_random``): tables drawn from seeds, copied
-while concurrent writers change them, faults at random points, each copy compared with its
-table value by value, or the job failed by name for a reason docs/limits.md lists.
+"""The randomized CDC test's short run (``tools/faults/cdc_random``): tables drawn from
+seeds, copied while concurrent writers change them, faults at random points, each copy
+compared with its table value by value, or the job failed by name for a reason
+docs/limits.md lists.
 
 The campaign (``scripts/chaos --kinds cdc-random``) draws new seeds; a seed that ever broke
 a trial joins ``FOUND`` and runs here from then on, in the driver that found it.
@@ -17,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from tests.support.postgres import PostgresServer
-from tools.cdc_random.trial import SOURCE_SETTINGS, Servers, run_job_trial, run_model_trial
-from tools.runs import local_spark_conf
+from tools.faults.cdc_random.trial import SOURCE_SETTINGS, Servers, run_job_trial, run_model_trial
+from tools.pipelines.runs import local_spark_conf
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -66,8 +67,8 @@ def test_the_campaign_runs_seeds_again_and_reports_its_figures(tmp_path):
     """``scripts/chaos --kinds cdc-random --cdc-seeds``: the long run's entry point, whose
     last line is the JSON docs/faults.md takes its figures from."""
     found = subprocess.run(
-        [sys.executable, "-m", "tools.chaos", "--kinds", "cdc-random", "--cdc-driver", "model",
-         "--cdc-seeds", "7", "--workdir", str(tmp_path)],
+        [sys.executable, "-m", "tools.faults.chaos", "--kinds", "cdc-random",
+         "--cdc-driver", "model", "--cdc-seeds", "7", "--workdir", str(tmp_path)],
         cwd=REPO, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert found.returncode == 0, found.stdout[-3000:] + found.stderr[-3000:]

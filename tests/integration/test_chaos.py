@@ -53,16 +53,16 @@ def sqlite_rows(database: Path, query: str) -> list[tuple]:
 
 
 def campaign(kind: str, workdir: Path, postgres_url: str) -> str:
-    """One trial of ``kind`` through ``tools.chaos``: every fault of the kind injected once,
+    """One trial of ``kind`` through ``tools.faults.chaos``: every fault of the kind injected once,
     nothing lost or duplicated and recovered, as the campaign's JSON summary says. Returns
     what the campaign printed."""
     run = subprocess.run(
         [
-            *(sys.executable, "-m", "tools.chaos", "--trials", "1", "--kinds", kind),
+            *(sys.executable, "-m", "tools.faults.chaos", "--trials", "1", "--kinds", kind),
             *("--events", "20000", "--seed", "11", "--workdir", str(workdir)),
             *("--postgres-url", postgres_url),
         ],
-        cwd=REPO,  # python -m tools.chaos imports the tools from the checkout
+        cwd=REPO,  # python -m tools.faults.chaos imports the tools from the checkout
         capture_output=True,
         text=True,
         timeout=900,

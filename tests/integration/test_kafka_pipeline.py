@@ -19,7 +19,7 @@ from tests.integration.jobs import (
     wait_for,
     watermarks,
 )
-from tools.data import write_history
+from tools.data.events import write_history
 
 LAG = {
     "spark.backlog.lag.offsets.enter-threshold": "3000",

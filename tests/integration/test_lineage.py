@@ -26,8 +26,8 @@ import pytest
 from tests.integration.deployment import Deployment, deployed
 from tests.integration.jobs import wait_for
 from tests.support.api_server import stop, wait_until_healthy
-from tools.airflow_demo import airflow, task_states
-from tools.ports import free_port
+from tools.demo.airflow_demo import airflow, task_states
+from tools.services.ports import free_port
 
 DAGS = Path(__file__).parent / "dags"
 DAG_ID = "backlog_lineage"

@@ -14,7 +14,7 @@ from tests.integration.jobs import (
     transitions,
     wait_for,
 )
-from tools.data import LiveProducer, write_history, write_landing_file
+from tools.data.events import LiveProducer, write_history, write_landing_file
 
 WATERMARK_LAG = {
     "spark.backlog.lag.watermark.enter-threshold": "10min",

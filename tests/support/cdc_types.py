@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from sqlalchemy import text
 
 from spark_jobs.metrics.schema import make_engine
-from tools.cdc_compare import OUTPUT_SETTINGS, output_text
+from tools.faults.cdc_compare import OUTPUT_SETTINGS, output_text
 
 __all__ = ["OUTPUT_SETTINGS", "output_text"]  # read from here by the tests of every type
 

@@ -1,18 +1,18 @@
-"""The throwaway PostgreSQL server of ``tools.postgres`` for tests: where PostgreSQL is not
+"""The throwaway PostgreSQL server of ``tools.services.postgres`` for tests: where PostgreSQL is not
 installed, a test that needs it skips on a developer's machine and fails under ``CI=true``
 rather than erroring."""
 
 from __future__ import annotations
 
 from tests.support.prerequisites import missing
-from tools import postgres
-from tools.postgres import LOGICAL_DECODING, find_bin_dir, free_port
+from tools.services import postgres
+from tools.services.postgres import LOGICAL_DECODING, find_bin_dir, free_port
 
 __all__ = ["LOGICAL_DECODING", "PostgresServer", "find_bin_dir", "free_port"]
 
 
 class PostgresServer(postgres.PostgresServer):
-    """``tools.postgres.PostgresServer`` that skips the test when PostgreSQL is missing."""
+    """``tools.services.postgres.PostgresServer`` that skips the test when PostgreSQL is missing."""
 
     def start(self) -> PostgresServer:
         try:

@@ -1,9 +1,9 @@
 """The events pipeline in PyFlink, as Apache Flink runs FLIP-309 natively: the peer that
-tools/flink_peer.py measures ours against. It runs inside .venv-flink (scripts/flink-setup)
+tools/flink/peer.py measures ours against. It runs inside .venv-flink (scripts/flink-setup)
 and imports only pyflink and the standard library, since that environment has nothing else.
 
 A HybridSource reads the history (CSV: the apache-flink wheel has no parquet format) and
-then monitors the landing directory (the JSON-lines files of tools/data.py's producer). Both
+then monitors the landing directory (the JSON-lines files of tools/data/events.py's producer). Both
 children read text lines; SQL parses either kind, so the whole pipeline stays in the JVM.
 The aggregation is the events pipeline's: per account and 10 s event-time window, with a
 10 s watermark, emitted once the window closes, into a file sink whose part files Flink
@@ -24,7 +24,7 @@ from pyflink.datastream.connectors.hybrid_source import HybridSource
 from pyflink.table import DataTypes, Schema, StreamTableEnvironment
 
 #: The one physical column: a text line, either a history line
-#: ``event_id,account,amount,event_time_ms`` or tools/data.py's live JSON object.
+#: ``event_id,account,amount,event_time_ms`` or tools/data/events.py's live JSON object.
 LINE = "f0"
 IS_JSON = f"SUBSTRING({LINE}, 1, 1) = '{{'"
 #: Each event column, read from either kind of line.

@@ -15,7 +15,7 @@ from tests.airflow_provider_backlog.conftest import (
     add_checkpoints,
     use_connection,
 )
-from tools.chaos import database_away
+from tools.faults.chaos import database_away
 
 
 def live_sensor(**kwargs) -> BacklogPhaseSensor:

@@ -15,7 +15,7 @@ from tests.airflow_provider_backlog.conftest import (
     add_checkpoints,
     use_connection,
 )
-from tools.chaos import database_away
+from tools.faults.chaos import database_away
 
 LIVE_TWICE = {"phase": "live", "checkpoints": 2, "within_s": None}
 SINCE = "2026-11-21T12:00:00+00:00"

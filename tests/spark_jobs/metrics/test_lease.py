@@ -19,7 +19,7 @@ from spark_jobs.metrics.lease import (
 )
 from spark_jobs.metrics.schema import make_engine, metadata
 from tests.support.prerequisites import missing
-from tools.chaos import faketime_library
+from tools.faults.chaos import faketime_library
 
 CHECKPOINT = "file:///data/checkpoints/events"
 REPO = Path(__file__).resolve().parents[3]
@@ -210,7 +210,7 @@ def faketime() -> str:
 TAKE_IN_A_SKEWED_PROCESS = """
 import sys
 from datetime import UTC, datetime
-from tools.chaos import faketime_library
+from tools.faults.chaos import faketime_library
 from spark_jobs.metrics.lease import LeaseHeld, LeaseStore
 print("local clock", datetime.now(UTC).isoformat(), file=sys.stderr)
 try:

@@ -18,7 +18,7 @@ from spark_jobs.sources.hybrid import (
     child_class,
 )
 from tests.spark_jobs.sources.conftest import SPARK_SCHEMA, land, write_file
-from tools.broker import EmbeddedBroker
+from tools.services.broker import EmbeddedBroker
 
 
 def children(tmp_path, **overrides):

@@ -28,7 +28,7 @@ from spark_jobs.sources.kafka_ranges import (
 from spark_jobs.sources.quarantine import OFFSET_FIELD, count_set_aside
 from spark_jobs.storage.files import resolve_uri
 from tests.spark_jobs.sources.conftest import SPARK_SCHEMA, rows
-from tools.broker import FETCH, LIST_OFFSETS, EmbeddedBroker
+from tools.services.broker import FETCH, LIST_OFFSETS, EmbeddedBroker
 
 REPO = Path(__file__).resolve().parents[3]
 EVENTS = "events"

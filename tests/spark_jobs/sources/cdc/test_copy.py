@@ -19,8 +19,8 @@ from spark_jobs.sources.cdc.table import TableChangedError
 from tests.spark_jobs.sources.cdc.conftest import BIG
 from tests.support.cdc_types import TYPE_COLUMNS, create_types_table
 from tests.support.postgres import LOGICAL_DECODING, PostgresServer
-from tools.cdc_compare import compare
-from tools.cdc_copy import CdcCopy
+from tools.faults.cdc_compare import compare
+from tools.faults.cdc_copy import CdcCopy
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

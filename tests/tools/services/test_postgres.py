@@ -1,0 +1,31 @@
+import pytest
+
+from tests.support import postgres as test_postgres
+from tools.services import postgres
+
+
+def test_missing_binaries_say_which_package_installs_them(monkeypatch):
+    monkeypatch.setattr(postgres, "find_bin_dir", lambda: None)
+    with pytest.raises(postgres.PostgresUnavailable, match=r"Debian's postgresql package"):
+        postgres.PostgresServer().start()
+
+
+def test_a_test_server_skips_or_fails_by_ci_when_the_binaries_are_missing(monkeypatch):
+    monkeypatch.setattr(postgres, "find_bin_dir", lambda: None)
+    monkeypatch.delenv("CI", raising=False)
+    with pytest.raises(pytest.skip.Exception, match=r"needed to run these tests"):
+        test_postgres.PostgresServer().start()
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match=r"CI=true"):
+        test_postgres.PostgresServer().start()
+
+
+def test_a_server_stops_and_comes_back_on_its_port():
+    with test_postgres.PostgresServer(database="probe") as server:
+        port, url = server.port, server.url
+        server.stop()
+        assert not server.running
+        server.start()
+        assert (server.port, server.url) == (port, url)
+        assert url == f"postgresql://postgres@127.0.0.1:{port}/probe"
+        assert server.log_path.exists()

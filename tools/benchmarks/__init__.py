@@ -1,0 +1,1 @@
+"""scripts/benchmark and the scripts/*-benchmark probes: ratios measured side by side."""

@@ -1,0 +1,1 @@
+"""The demos a person runs: scripts/demo (the DAG in Airflow), scripts/job-demo (the job)."""

@@ -1,0 +1,1 @@
+"""scripts/flink-benchmark: the same pipeline on Apache Flink's HybridSource, beside ours."""

@@ -1,0 +1,1 @@
+"""Loopback services the tests, demos and benchmarks start: Kafka, PostgreSQL, a Spark cluster."""

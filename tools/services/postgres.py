@@ -1,0 +1,222 @@
+"""A throwaway PostgreSQL server: its own cluster in a temp dir, on a free port.
+
+The tests, the CDC demo and the benchmark each need a database they may fill, break and
+delete without touching anyone's real one, and a fresh clone has only Debian's binaries, no
+running server. It can be stopped and started again on the same data directory and port,
+which is how tests make the database go away and come back. initdb and postgres refuse to
+run as root, so as root every server command runs as the ``postgres`` OS user.
+
+It trades durability for speed (fsync, full-page writes and synchronous commit off): a
+crash may lose it, which no throwaway database minds.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import pwd
+import re
+import shlex
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+from tools.services.ports import free_port
+
+INSTALL_HINT = (
+    "PostgreSQL server binaries (initdb, pg_ctl, createdb) not found in PATH or "
+    "/usr/lib/postgresql/*/bin; install Debian's postgresql package "
+    "(scripts/install-test-tools installs it)"
+)
+_TOOLS = ("initdb", "pg_ctl", "createdb")
+#: Settings for a server whose changes can be read through logical replication slots.
+LOGICAL_DECODING = {"wal_level": "logical", "max_replication_slots": "10", "max_wal_senders": "10"}
+
+
+class PostgresUnavailable(RuntimeError):
+    """This machine cannot run a throwaway server: the binaries or the OS user are missing.
+
+    Its own type, so that tests can skip on it while a real failure of a server that could
+    start still fails them.
+    """
+
+
+def _version_key(bin_dir: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", Path(bin_dir).parent.name))
+
+
+def find_bin_dir() -> Path | None:
+    """The directory holding initdb, pg_ctl and createdb of one PostgreSQL version."""
+    candidates: list[Path] = []
+    initdb = shutil.which("initdb")
+    if initdb:
+        candidates.append(Path(initdb).resolve().parent)
+    debian = sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=_version_key, reverse=True)
+    candidates.extend(Path(d) for d in debian)
+    for candidate in candidates:
+        if all((candidate / tool).is_file() for tool in _TOOLS):
+            return candidate
+    return None
+
+
+class PostgresServer:
+    """``with PostgresServer() as server: ... server.url ...``.
+
+    Starting it raises ``PostgresUnavailable`` when PostgreSQL is not installed (or, as root,
+    cannot be run as ``postgres``).
+
+    ``stop()`` keeps the cluster so ``start()`` brings the same server back on the same port;
+    ``close()`` (or leaving the ``with`` block) stops it and deletes everything.
+    ``settings`` are server settings (``-c name=value``, such as ``LOGICAL_DECODING``) given
+    after the server's own, so they may also override those (``synchronous_commit``).
+    """
+
+    def __init__(
+        self,
+        database: str = "metrics",
+        user: str = "postgres",
+        settings: Mapping[str, str] | None = None,
+    ):
+        self.database = database
+        self.user = user
+        self.settings = dict(settings or {})
+        self.port = 0
+        self.running = False
+        self._base: Path | None = None
+        self._bin: Path | None = None
+        self._prefix: list[str] = []
+
+    @property
+    def url(self) -> str:
+        return f"postgresql://{self.user}@127.0.0.1:{self.port}/{self.database}"
+
+    @property
+    def log_path(self) -> Path:
+        return self._run_dir / "postgres.log"
+
+    @property
+    def _data_dir(self) -> Path:
+        assert self._base is not None, "server was never started"
+        return self._base / "data"
+
+    @property
+    def _run_dir(self) -> Path:
+        assert self._base is not None, "server was never started"
+        return self._base / "run"
+
+    def __enter__(self) -> PostgresServer:
+        try:
+            return self.start()
+        except BaseException:
+            # __exit__ is not called when __enter__ fails: do not leave a cluster behind.
+            self.close()
+            raise
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def start(self) -> PostgresServer:
+        """Create the cluster and database on first use, then (re)start the server."""
+        if self.running:
+            return self
+        first = self._base is None
+        if first:
+            self._create_cluster()
+        self._pg_ctl(
+            "start",
+            "-w",
+            "-t",
+            "30",
+            "-l",
+            str(self.log_path),
+            "-o",
+            f"-k {self._run_dir} -p {self.port} -c listen_addresses=127.0.0.1 "
+            "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+            # pg_ctl hands these to a shell.
+            + "".join(f" -c {shlex.quote(f'{k}={v}')}" for k, v in self.settings.items()),
+        )
+        self.running = True
+        if first:
+            self._run(
+                "createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", self.user, self.database
+            )
+        return self
+
+    def stop(self) -> None:
+        """Shut the server down (sessions are cut), keeping its data for ``start()``."""
+        if self.running:
+            self._pg_ctl("stop", "-w", "-t", "30", "-m", "fast")
+            self.running = False
+
+    def close(self) -> None:
+        """Stop the server and delete its cluster."""
+        try:
+            self.stop()
+        finally:
+            if self._base is not None:
+                shutil.rmtree(self._base, ignore_errors=True)
+                self._base = None
+
+    def _create_cluster(self) -> None:
+        bin_dir = find_bin_dir()
+        if bin_dir is None:
+            raise PostgresUnavailable(INSTALL_HINT)
+        owner = None
+        if os.geteuid() == 0:
+            if shutil.which("runuser") is None:
+                raise PostgresUnavailable(
+                    "running as root needs runuser to start PostgreSQL as 'postgres'"
+                )
+            try:
+                owner = pwd.getpwnam("postgres")
+            except KeyError:
+                raise PostgresUnavailable(
+                    "running as root needs a 'postgres' OS user (Debian's postgresql package)"
+                ) from None
+            self._prefix = ["runuser", "-u", "postgres", "--"]
+        self._bin = bin_dir
+        base = Path(tempfile.mkdtemp(prefix="postgres-"))
+        base.chmod(0o755)
+        self._base = base
+        for directory in (self._data_dir, self._run_dir):
+            directory.mkdir(mode=0o700)
+            if owner is not None:
+                os.chown(directory, owner.pw_uid, owner.pw_gid)
+        self.port = free_port()
+        self._run(
+            "initdb",
+            "-D",
+            str(self._data_dir),
+            "-U",
+            self.user,
+            "--auth=trust",
+            "--encoding=UTF8",
+            "--locale=C",
+            "--no-sync",
+        )
+
+    def _pg_ctl(self, *args: str) -> None:
+        self._run("pg_ctl", "-D", str(self._data_dir), *args)
+
+    def _run(self, tool: str, *args: str) -> None:
+        assert self._bin is not None and self._base is not None
+        command = [*self._prefix, str(self._bin / tool), *args]
+        result = subprocess.run(
+            command,
+            cwd=self._base,
+            env={**os.environ, "LC_ALL": "C", "PGTZ": "UTC"},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        if result.returncode != 0:
+            server_log = ""
+            if self.log_path.exists():
+                server_log = "\n--- server log ---\n" + self.log_path.read_text()[-4000:]
+            raise RuntimeError(
+                f"{' '.join(command)} exited with {result.returncode}:\n"
+                f"{result.stdout}{result.stderr}{server_log}"
+            )
