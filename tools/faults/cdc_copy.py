@@ -18,6 +18,7 @@ from spark_jobs.jobs.merge.target import MergeTarget
 from spark_jobs.sources.cdc.child import PostgresCdcChild, default_slot_name
 from spark_jobs.sources.cdc.connection import change_schema, describe, teardown
 from spark_jobs.sources.hybrid import HybridStreamReader
+from tools.faults.cdc_compare import compare
 from tools.faults.micro_batches import MicroBatches, no_fault
 
 
@@ -34,7 +35,7 @@ class CdcCopy:
         fault: Callable[[str], None] = no_fault,
         **fields: Any,
     ):
-        self.source_url, self.table = source_url, table
+        self.source_url, self.table, self.target_url = source_url, table, target_url
         self.state = state
         spec = {"name": "cdc", "kind": "postgres-cdc", "connection": source_url, "table": table}
         spec |= {"chunkRows": chunk_rows, **fields}
@@ -46,6 +47,12 @@ class CdcCopy:
         self.target_table = as_part(f"copy_of_{split_table_name(table)[-1]}_{self.query_id[:8]}")
         self.target = MergeTarget(target_url, self.target_table, self.shape, 10.0)
         self.batches = MicroBatches(self._reader, self._merge, fault)
+
+    def differences(self) -> list[str]:
+        """The copy compared with the table as it is now, value by value: each difference
+        described; empty when they are equal."""
+        found = compare(self.source_url, self.table, self.target_url, self.target_table, self.shape)
+        return [difference.describe(self.shape) for difference in found]
 
     def _reader(self) -> HybridStreamReader:
         return HybridStreamReader(self.options, from_arrow_schema(change_schema(self.shape)))

@@ -40,12 +40,9 @@ def pieces(*changes: tuple, shape: TableShape = SHAPE, size: int = 1000) -> list
     return shape.arrow_table(rows, marks).to_batches(max_chunksize=size)
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def url(request, tmp_path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path}/target.db"
-    else:
-        yield request.getfixturevalue("postgres_server").url
+@pytest.fixture
+def url(target_url) -> str:
+    return target_url
 
 
 @pytest.fixture
