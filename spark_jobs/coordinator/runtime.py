@@ -75,12 +75,15 @@ def with_metrics_password(conf: dict[str, str]) -> dict[str, str]:
     return conf
 
 
-def refuse_if_leased(conf: dict[str, str], checkpoint_location: str) -> None:
+def refuse_if_leased(conf: dict[str, str] | None, checkpoint_location: str) -> None:
     """Raise LeaseHeld, as ``hold_lease`` would, before a Spark session starts: the check
     needs only the database, and a refused launch should not start a JVM, its UI and its
     executors first. A standby (``wait-for-handover``) starts while the lease is held, so it
-    is not checked. A database that does not answer, or conf this check cannot see whole
-    (a console command's ``spark-defaults.conf``), is left to ``hold_lease``."""
+    is not checked. Conf out of sight (None), conf that names no metrics database (the
+    default one would be created where the command runs) and a database that does not
+    answer are left to ``hold_lease``."""
+    if conf is None or METRICS_URL not in conf:
+        return
     try:
         config = BacklogConfig.from_spark_conf(
             with_metrics_password(dict(conf)), conf.get("spark.app.name")

@@ -4,9 +4,12 @@ session, and what each way of ending means as an exit code."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
+import pyspark
 from pyspark import SparkConf, SparkContext
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
@@ -76,16 +79,26 @@ def spark_session(app_name: str, args: argparse.Namespace) -> SparkSession:
     return builder.getOrCreate()
 
 
-def launch_conf(app_name: str, args: argparse.Namespace) -> dict[str, str]:
+def launch_conf(app_name: str, args: argparse.Namespace) -> dict[str, str] | None:
     """The conf ``spark_session`` starts a session with, read without starting one: under
     spark-submit through its JVM, which is up already; for the console command its
-    ``--conf`` (``spark-defaults.conf`` would take a JVM to read)."""
+    ``--conf``. None when part of it is out of sight: a console command's
+    ``spark-defaults.conf`` or ``PYSPARK_SUBMIT_ARGS`` take a JVM to read."""
     conf: dict[str, str] = {}
     if under_spark_submit():
         SparkContext._ensure_initialized()  # connects to spark-submit's JVM; starts nothing
         conf |= dict(SparkConf().getAll())
+    elif os.environ.get("PYSPARK_SUBMIT_ARGS") or any(p.is_file() for p in _spark_defaults()):
+        return None
     conf["spark.app.name"] = app_name
     return conf | dict(item.split("=", 1) for item in args.conf)
+
+
+def _spark_defaults() -> list[Path]:
+    """Where the console command's JVM would find ``spark-defaults.conf``."""
+    homes = [os.environ.get("SPARK_HOME"), str(Path(pyspark.__file__).parent)]
+    directories = [os.environ.get("SPARK_CONF_DIR"), *(f"{h}/conf" for h in homes if h)]
+    return [Path(d) / "spark-defaults.conf" for d in directories if d]
 
 
 def run_command(

@@ -5,8 +5,10 @@ from pathlib import Path
 
 import pytest
 
+from spark_jobs.coordinator.runtime import refuse_if_leased
+from spark_jobs.jobs.cli import launch_conf
 from spark_jobs.jobs.events_pipeline import hybrid_children, parse_args
-from spark_jobs.metrics.lease import LeaseStore
+from spark_jobs.metrics.lease import LeaseHeld, LeaseStore
 from spark_jobs.storage.files import normalize_location
 
 REPO = Path(__file__).resolve().parents[3]
@@ -116,3 +118,36 @@ def test_a_launch_on_a_held_checkpoint_is_refused_before_a_jvm_starts(tmp_path):
     assert "gateway started: False" in done.stdout
     assert f"job 'events' at checkpoint {normalize_location(str(checkpoint))}" in done.stderr
     assert "is already run by run-1" in done.stderr
+
+
+def test_conf_a_console_launch_cannot_see_whole_leaves_the_lease_to_the_session(
+    tmp_path, monkeypatch
+):
+    """A standby's wait, a longer lease or the metrics database itself may come from
+    spark-defaults.conf, which only the JVM reads: the check before the session then
+    refuses nothing and touches no database."""
+    args = parse_args([*PATHS, "--conf", "spark.backlog.lease.ttl=3s"])
+    assert launch_conf("backlog-events", args) == {
+        "spark.app.name": "backlog-events",
+        "spark.backlog.lease.ttl": "3s",
+    }
+    (tmp_path / "spark-defaults.conf").write_text("spark.backlog.lease.wait-for-handover 2min\n")
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
+    assert launch_conf("backlog-events", args) is None
+    monkeypatch.delenv("SPARK_CONF_DIR")
+    monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", "--conf spark.backlog.lease.ttl=2min pyspark-shell")
+    assert launch_conf("backlog-events", args) is None
+
+    metrics = f"sqlite:///{tmp_path / 'metrics.db'}"
+    store = LeaseStore(metrics)
+    try:
+        store.acquire("backlog-events", normalize_location("/c"), "run-1", 60)
+        refuse_if_leased(None, "/c")
+        monkeypatch.chdir(tmp_path)
+        refuse_if_leased({"spark.app.name": "backlog-events"}, "/c")  # no metrics database named
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.db", "spark-defaults.conf"]
+        with pytest.raises(LeaseHeld, match="is already run by run-1"):
+            conf = {"spark.backlog.metrics.url": metrics, "spark.backlog.lease.ttl": "3s"}
+            refuse_if_leased({"spark.app.name": "backlog-events", **conf}, "/c")
+    finally:
+        store.close()
