@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -101,18 +102,24 @@ class JobPoller:
         self._ended = ended
         self._subscribers: set[Subscription] = set()
         self._task: asyncio.Task[None] | None = None
-        self._reading: asyncio.Future[JobPoll] | None = None
+        # The thread of a read outlives a cancelled poll (and the event loop, at a
+        # triggerer's shutdown): the last of the poll and its read to finish ends the poller.
+        self._lock = threading.Lock()
+        self._reading = False
+        self._stopping = False
 
     def subscribe(self, checkpoints: int, interval_s: float) -> Subscription:
+        if self._stopping:
+            raise RuntimeError("this poller has stopped: subscribe to a new one")
         subscription = Subscription(checkpoints, interval_s)
         self._subscribers.add(subscription)
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._poll())
-            self._task.add_done_callback(self._stopped)
+            self._task.add_done_callback(lambda _task: self._stopped())
         return subscription
 
     def unsubscribe(self, subscription: Subscription) -> bool:
-        """Leave; True if it was the last subscriber, which stops the poller."""
+        """Leave; True if it was the last subscriber, which stops the poller for good."""
         self._subscribers.discard(subscription)
         if self._subscribers or self._task is None:
             return False
@@ -120,17 +127,22 @@ class JobPoller:
         self._task = None
         return True
 
-    def _stopped(self, _task: asyncio.Task[None]) -> None:
-        reading = self._reading
-        if reading is None or reading.done():
+    def _stopped(self) -> None:
+        with self._lock:
+            self._stopping = True
+            last = not self._reading
+        if last:
             self._ended()
-        else:
-            reading.add_done_callback(self._last_read_done)
 
-    def _last_read_done(self, reading: asyncio.Future[JobPoll]) -> None:
-        if not reading.cancelled():
-            reading.exception()  # nobody is left to tell; retrieved so asyncio does not log it
-        self._ended()
+    def _read_in_thread(self, checkpoints: int) -> JobPoll:
+        try:
+            return self._read(checkpoints)
+        finally:
+            with self._lock:
+                self._reading = False
+                last = self._stopping
+            if last:
+                self._ended()
 
     async def _poll(self) -> None:
         failed_delay_s: float | None = None
@@ -138,10 +150,18 @@ class JobPoller:
             checkpoints = max(s.checkpoints for s in self._subscribers)
             interval_s = min(s.interval_s for s in self._subscribers)
             at = datetime.now(UTC)
-            self._reading = asyncio.ensure_future(asyncio.to_thread(self._read, checkpoints))
+            with self._lock:
+                self._reading = True
             try:
-                # Shielded: leaving cancels the poll, not the read, which ends in its thread.
-                found = await asyncio.shield(self._reading)
+                reading = asyncio.get_running_loop().run_in_executor(
+                    None, self._read_in_thread, checkpoints
+                )
+            except RuntimeError:  # the loop is closing: no thread takes the read
+                with self._lock:
+                    self._reading = False
+                return
+            try:
+                found = await reading
             except Exception as error:
                 failed_delay_s = retry_delay(failed_delay_s, interval_s)
                 poll = Poll(at, checkpoints, None, error, failed_delay_s)

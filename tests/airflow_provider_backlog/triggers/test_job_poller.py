@@ -162,6 +162,38 @@ def test_the_last_one_out_closes_the_connections_only_after_the_read_under_way(o
     assert ended == [True]
 
 
+def test_a_triggerer_shutting_down_mid_read_closes_the_connections_after_the_read():
+    """The triggerer ends with ``asyncio.run``, which cancels the poll while its read goes on
+    in a thread, and waits for that thread: the poller ends once, after the read."""
+    entered, release = threading.Event(), threading.Event()
+    timeline: list[str] = []
+
+    def read(_count: int):
+        entered.set()
+        release.wait(10)
+        timeline.append("read ended")
+
+    async def triggerer():
+        poller = job_poller.JobPoller(read, lambda: timeline.append("ended"))
+        poller.subscribe(1, INTERVAL_S)
+        await asyncio.to_thread(entered.wait, 10)
+        threading.Timer(0.3, release.set).start()
+
+    asyncio.run(triggerer())
+    assert timeline == ["read ended", "ended"]
+
+
+def test_a_poller_whose_last_subscriber_left_takes_no_new_one():
+    async def scenario():
+        poller = job_poller.JobPoller(lambda _count: None, lambda: None)
+        assert poller.unsubscribe(poller.subscribe(1, INTERVAL_S))
+        await asyncio.sleep(0.05)
+        with pytest.raises(RuntimeError, match="this poller has stopped"):
+            poller.subscribe(1, INTERVAL_S)
+
+    asyncio.run(scenario())
+
+
 def test_a_trigger_that_comes_while_the_last_read_ends_gets_a_poller_of_its_own(connected):
     add_checkpoints(connected, "events", "run-1", datetime.now(UTC), "l")
 
