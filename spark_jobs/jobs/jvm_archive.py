@@ -26,6 +26,7 @@ import tempfile
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import IO
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -69,11 +70,31 @@ def ensure_archive(directory: Path = DEFAULT_DIRECTORY, base: str = "") -> Path:
     while the others wait on a lock beside it."""
     path = archive_path(directory)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_suffix(".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    lock = _lock(path.with_suffix(".lock"), wait=True)
+    assert lock is not None
+    with lock:
         if not path.exists():
             _build(path, base)
     return path
+
+
+def _lock(path: Path, wait: bool) -> IO[str] | None:
+    """The lock file at ``path``, opened and locked; None if ``wait`` is False and another
+    process holds it. A lock file removed while this process waited for it (a newer
+    installation clearing the old ones away) is opened again: its successor is the lock."""
+    while True:
+        handle = open(path, "a")  # noqa: SIM115 - returned open, or closed here
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            handle.close()
+            return None
+        try:
+            if os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino:
+                return handle
+        except FileNotFoundError:
+            pass
+        handle.close()
 
 
 def _build(path: Path, base: str) -> None:
@@ -111,12 +132,17 @@ def _build(path: Path, base: str) -> None:
 
 
 def _install(partial: Path, path: Path) -> None:
-    """Move the new archive in; other installations' archives, locks and partial archives
-    go (a process still holding such a lock keeps its open file)."""
-    for stale in path.parent.glob("driver-*"):
-        if stale.stem != path.stem:
-            stale.unlink(missing_ok=True)
+    """Move the new archive in; other installations' archives, partial archives and locks
+    go, each installation's under its own lock, and only when no process holds it (one may
+    be making its archive beside this one: two JDKs, one directory)."""
     os.replace(partial, path)
+    for other in sorted({p.stem for p in path.parent.glob("driver-*")} - {path.stem}):
+        lock = _lock(path.parent / f"{other}.lock", wait=False)
+        if lock is None:
+            continue
+        with lock:
+            for suffix in (".jsa", ".partial", ".lock"):
+                (path.parent / f"{other}{suffix}").unlink(missing_ok=True)
 
 
 def _write_history(path: Path, start: datetime) -> None:

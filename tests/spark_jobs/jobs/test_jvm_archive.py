@@ -1,4 +1,7 @@
+import os
 import subprocess
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -76,3 +79,36 @@ def test_the_console_command_prints_the_conf_that_maps_the_archive(tmp_path, mon
     assert last == (
         f"--conf spark.driver.extraJavaOptions=-XX:SharedArchiveFile={made} -Xlog:cds*=off"
     )
+
+
+def test_another_installation_making_its_archive_keeps_its_files(tmp_path):
+    """Two JDKs, one directory: the other's build holds its lock, so its lock and its
+    partial archive stay (removing the lock would let a second builder of it start)."""
+    for name in ["driver-other.lock", "driver-other.partial", "driver-new.partial"]:
+        (tmp_path / name).write_text(name)
+    other = jvm_archive._lock(tmp_path / "driver-other.lock", wait=True)
+    assert other is not None
+    with other:
+        jvm_archive._install(tmp_path / "driver-new.partial", tmp_path / "driver-new.jsa")
+        assert sorted(p.name for p in tmp_path.iterdir()) == [
+            "driver-new.jsa",
+            "driver-other.lock",
+            "driver-other.partial",
+        ]
+
+
+def test_a_lock_removed_while_a_process_waits_for_it_is_taken_afresh(tmp_path):
+    path = tmp_path / "driver-x.lock"
+    held = jvm_archive._lock(path, wait=True)
+    assert held is not None
+    taken: list = []
+    waiter = threading.Thread(target=lambda: taken.append(jvm_archive._lock(path, wait=True)))
+    waiter.start()
+    time.sleep(0.2)
+    path.unlink()  # as another installation's cleanup does, holding the lock
+    held.close()
+    waiter.join(10)
+    (lock,) = taken
+    assert lock is not None and os.fstat(lock.fileno()).st_ino == os.stat(path).st_ino
+    assert jvm_archive._lock(path, wait=False) is None, "two processes would hold it"
+    lock.close()
