@@ -26,12 +26,11 @@ Passwords come from ``BACKLOG_CDC_PASSWORD`` (source) and ``BACKLOG_CDC_TARGET_P
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import sys
 from collections.abc import Sequence
-from pathlib import Path
+from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -53,9 +52,9 @@ from spark_jobs.metrics.schema import with_password
 from spark_jobs.sources.cdc.child import DEFAULT_CHUNK_ROWS, PostgresCdcChild, default_slot_name
 from spark_jobs.sources.cdc.connection import checked_table, connection_url, teardown
 from spark_jobs.sources.cdc.slot import SlotError
-from spark_jobs.sources.cdc.table import TableChangedError, TableShape
+from spark_jobs.sources.cdc.table import TableChangedError, TableShape, signature_changes
 from spark_jobs.sources.children import ChildSpecError
-from spark_jobs.storage.files import resolve_uri
+from spark_jobs.storage.files import StateDirectory, resolve_uri
 
 SOURCE_NAME = "cdc"
 TARGET_PASSWORD_ENV = "BACKLOG_CDC_TARGET_PASSWORD"
@@ -182,13 +181,40 @@ def check_source(args: argparse.Namespace) -> TableShape:
     """The table's shape, after refusing what the source would refuse once Spark runs: a
     table the copy cannot take, or one that changed since this checkpoint's copy began."""
     shape = checked_table(SOURCE_NAME, connection_url(SOURCE_NAME, args.connection), args.table)
-    kept = Path(source_state(args)) / SOURCE_NAME / PostgresCdcChild.SHAPE
-    if "://" not in args.checkpoint and kept.exists():
-        try:
-            shape.check_unchanged(json.loads(kept.read_text())["table"])
-        except TableChangedError as error:
-            raise ChildSpecError(f"child source {SOURCE_NAME!r}: {error}") from None
+    if (kept := kept_table(args)) is not None:
+        refuse_changed(shape, kept)
     return shape
+
+
+def check_launched_shape(args: argparse.Namespace, shape: TableShape) -> None:
+    """The table as this run launched with it (its target's columns and key, its stream's
+    schema) must be the table the source copies, kept at its first plan: a table changed
+    between the two (DDL in the seconds a first start takes) would be merged by a stale key
+    and lose columns without a word. The run fails by name; started again, it takes the
+    table as it is."""
+    kept = kept_table(args)
+    assert kept is not None, "the source keeps the table's shape at its first plan"
+    changed = signature_changes(kept, shape.signature())
+    if changed:
+        raise ChildSpecError(
+            f"child source {SOURCE_NAME!r}: table {shape.name} changed between this run's "
+            f"start and its copy's: {'; '.join(changed)}; run the job again: the copy began "
+            "with the table as it is now"
+        )
+
+
+def kept_table(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The table's signature the source kept when this checkpoint's copy began, if it has."""
+    state = StateDirectory(f"{resolve_uri(source_state(args))}/{SOURCE_NAME}")
+    names = state.names(PostgresCdcChild.SHAPE)
+    return state.read(PostgresCdcChild.SHAPE)["table"] if names else None
+
+
+def refuse_changed(shape: TableShape, kept: dict[str, Any]) -> None:
+    try:
+        shape.check_unchanged(kept)
+    except TableChangedError as error:
+        raise ChildSpecError(f"child source {SOURCE_NAME!r}: {error}") from None
 
 
 def run(args: argparse.Namespace) -> None:
@@ -199,7 +225,14 @@ def run(args: argparse.Namespace) -> None:
     try:
         if target is not None:
             check_target(target, args)
-        run_query(args, MergeSink(args.checkpoint, target, args.changes_output, args.start_over))
+        sink = MergeSink(
+            args.checkpoint,
+            target,
+            args.changes_output,
+            args.start_over,
+            first=lambda: check_launched_shape(args, shape),
+        )
+        run_query(args, sink)
     finally:
         if target is not None:
             target.close()

@@ -13,7 +13,7 @@ file; a replayed batch replaces it with the same rows.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pyarrow as pa
 import pyarrow.fs as pa_fs
@@ -38,14 +38,20 @@ class MergeSink:
         target: MergeTarget | None,
         output: str | None,
         start_over: bool = False,
+        first: Callable[[], None] | None = None,
     ):
         self.checkpoint = resolve_uri(checkpoint.rstrip("/"))
         self.target, self.start_over = target, start_over
         self.keep = output is not None
         self.output = resolve_uri(output or f"{self.checkpoint}/merge-staging")
         self._query_id: str | None = None
+        #: Run before this process writes its first batch (a check of what it was given).
+        self._first = first
 
     def write_batch(self, batch: DataFrame, batch_id: int) -> None:
+        if self._first is not None:
+            self._first()
+            self._first = None
         directory = f"{self.output.rstrip('/')}/batch_id={batch_id}"
         batch.write.mode("overwrite").parquet(directory)
         if self.target is None:

@@ -31,6 +31,10 @@ FOUND = {
     # The last refresh a busy table's batch could make ran the batch on past rows written
     # meanwhile, which went out without their TOASTed values (a merge failing by key).
     1331: "model",
+    # A new key made while the job's first start read the table and before its first plan:
+    # the target took the old key and left the new column out, without a word (when the
+    # kill lands before the slot is made; the check is timing-free in test_cdc_pipeline).
+    1148477084: "job",
 }
 #: Seeds of no finding: the short run's spread of shapes (keys, identities, partitions,
 #: generated columns, both targets, a change of shape refused by name).

@@ -190,6 +190,25 @@ class TableColumn:
         return COLUMN_TYPES[self.type_oid if self.base_oid is None else self.base_oid]
 
 
+_SIGNATURE_FIELDS = {
+    "oid": "its OID (the table dropped and created again?) is",
+    "columns": "its columns (name, type, type modifier, generated as) are",
+    "key": "its primary key is",
+    "replica_identity": "its replica identity is",
+    "partitions": "its partitions (attached or detached, whose rows no change names) are",
+}
+
+
+def signature_changes(now: Mapping[str, Any], was: Mapping[str, Any]) -> list[str]:
+    """What differs between two ``signature``s of a table, each said as it is ``now``."""
+    fields = (*_SIGNATURE_FIELDS, *sorted(set(now) | set(was) - set(_SIGNATURE_FIELDS)))
+    return [
+        f"{_SIGNATURE_FIELDS.get(field, field)} {now.get(field)!r}, not {was.get(field)!r}"
+        for field in fields
+        if now.get(field) != was.get(field)
+    ]
+
+
 @dataclass(frozen=True)
 class TableShape:
     oid: int
@@ -229,24 +248,12 @@ class TableShape:
         """Refuse the table if it is no longer what it was when the copy began (``kept``, a
         ``signature``): dropped and created again, other columns, types or type modifiers,
         another key or replica identity. Its chunks and changes would not fit the copy."""
-        now = self.signature()
-        if now == kept:
-            return
-        names = {
-            "oid": "its OID (the table dropped and created again?) is",
-            "columns": "its columns (name, type, type modifier, generated as) are",
-            "key": "its primary key is",
-            "replica_identity": "its replica identity is",
-            "partitions": "its partitions (attached or detached, whose rows no change names) are",
-        }
-        changed = [
-            f"{names.get(field, field)} {now.get(field)!r}, not {kept.get(field)!r}"
-            for field in (*names, *sorted(set(now) | set(kept) - set(names)))
-            if now.get(field) != kept.get(field)
-        ]
-        raise TableChangedError(
-            f"table {self.name} changed since the copy began: {'; '.join(changed)}; {START_OVER}"
-        )
+        changed = signature_changes(self.signature(), kept)
+        if changed:
+            raise TableChangedError(
+                f"table {self.name} changed since the copy began: {'; '.join(changed)}; "
+                f"{START_OVER}"
+            )
 
     def check_relation(self, relation: Relation, at: str) -> None:
         """Refuse a change decoded with another shape than the one described: other columns

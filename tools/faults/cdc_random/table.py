@@ -90,6 +90,8 @@ class TableSpec:
             )
         partition = " PARTITION BY RANGE (id)" if self.partitioned else ""
         statements = [f"CREATE SCHEMA IF NOT EXISTS {quote(self.schema)}"] if self.schema else []
+        # Seeds ending alike name one table: an earlier trial's goes first.
+        statements.append(f"DROP TABLE IF EXISTS {self.sql} CASCADE")
         statements.append(
             f"CREATE TABLE {self.sql} ({key}, name text, notes text, amount numeric(14, 2), "
             f"flag boolean, at timestamptz, payload jsonb, raw bytea, {quote(ODD)} varchar(40)"

@@ -44,7 +44,8 @@ from tools.faults.micro_batches import Killed
 #: error, and the reason it is counted under.
 REASONS = {
     "the table changed while the job ran": re.compile(
-        r"table \S.* changed (since the copy began|in the transaction|while a snapshot chunk)"
+        r"table \S.* changed (since the copy began|in the transaction|while a snapshot chunk"
+        r"|between this run's start and its copy's)"
         # A partitioned table's identity changed: its partitions keep theirs.
         r"|partition \S.* has another replica identity than the table's"
     ),
