@@ -16,6 +16,7 @@ from spark_jobs.coordinator.plan_graph import operator_graph
 from spark_jobs.coordinator.runtime import BacklogRuntime
 from spark_jobs.coordinator.spark_logging import TRIGGER_LOGGER
 from spark_jobs.metrics.schema import backlog_checkpoints, backlog_transitions, make_engine
+from spark_jobs.sources.gate import PlanChannel
 from spark_jobs.sources.hybrid import HybridDataSource
 
 
@@ -204,3 +205,28 @@ def committed_output_ids(output) -> list[int]:
         for line in log.read_text().splitlines()[1:]
     }
     return ds.dataset(sorted(files), format="parquet").to_table().column("id").to_pylist()
+
+
+def test_a_run_stopping_when_idle_holds_its_gated_sources_before_the_last_batch_ends(
+    spark, tmp_path, monkeypatch
+):
+    """The stop holds the gate first, so a trigger starting during the last batch plans
+    nothing: every offset Spark logged has its commit."""
+    held: list[bool] = []
+    hold = PlanChannel.hold
+
+    def recorded_hold(channel: PlanChannel) -> None:
+        held.append(runtime.query.isActive)
+        hold(channel)
+
+    monkeypatch.setattr(PlanChannel, "hold", recorded_hold)
+    ids = write_files(tmp_path / "orders", 0, 4, 500)
+    runtime = gated_runtime(spark, tmp_path, "held-at-stop")
+    run_until_idle(runtime, hybrid(spark, tmp_path, "orders", runtime), tmp_path)
+
+    assert held[:1] == [True], "the gate is held while the query still runs, before stop()"
+    spark_log = tmp_path / "checkpoint" / "spark"
+    offsets = sorted(int(p.name) for p in (spark_log / "offsets").glob("[0-9]*"))
+    commits = sorted(int(p.name) for p in (spark_log / "commits").glob("[0-9]*"))
+    assert offsets == commits and offsets
+    assert sorted(committed_output_ids(tmp_path / "output")) == sorted(ids)
