@@ -3,9 +3,9 @@ seeds, copied while concurrent writers change them, faults at random points, eac
 compared with its table value by value, or the job failed by name for a reason
 docs/limits.md lists.
 
-The campaign (``scripts/chaos --kinds cdc-random``) draws new seeds; a seed that ever broke
-a trial joins ``FOUND`` and runs here from then on, in the driver that found it: the model's
-through the campaign's own entry point, the job's as tests of their own.
+The campaign (``scripts/chaos --kinds cdc-random``) draws new seeds; a seed that found a
+defect of the copy joins ``FOUND`` and runs here from then on, in the driver that found it:
+the model's through the campaign's own entry point, the job's as tests of their own.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from tools.pipelines.runs import local_spark_conf
 
 REPO = Path(__file__).resolve().parents[2]
 
-#: Seeds that once broke a trial, with what they found.
+#: Seeds that found a defect of the copy, with what they found.
 FOUND = {
     # A query started again after its table's key changed read its chunks with the new
     # shape before any check (int('bba ')).
