@@ -1,6 +1,7 @@
 """Every ``scripts/<name>`` the README and docs/ name exists and is executable; each one that
 runs a tool (through ``scripts/tool``) names a module under tools/ that answers ``--help``
-under the script's name. Run as a user runs them, from the checkout, without a shell."""
+under the script's name, and each of the others answers ``--help`` with its header and does
+nothing else. Run as a user runs them, from the checkout, without a shell."""
 
 from __future__ import annotations
 
@@ -48,6 +49,24 @@ def test_each_tool_command_answers_help_under_its_name(name, module):
     assert result.returncode == 0, result.stderr
     usage = result.stdout.split("\n", 1)[0]
     assert usage.startswith("usage: ") and name in usage, usage
+
+
+@pytest.mark.parametrize(
+    "name", sorted(p.name for p in SCRIPTS.iterdir() if p.name not in tool_wrappers())
+)
+def test_each_other_script_answers_help_with_its_header_and_does_nothing_else(name, tmp_path):
+    script = SCRIPTS / name
+    header = script.read_text().splitlines()[1].removeprefix("# ")
+    # From elsewhere, on a PATH without Python or Java: only the help can succeed.
+    environment = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHON": "no-such-python"}
+    for flag in ("--help", "-h"):
+        result = subprocess.run(
+            [str(script), flag], cwd=tmp_path, env=environment, capture_output=True,
+            text=True, timeout=10,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.splitlines()[0] == header
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_scripts_tool_lists_the_tool_modules_and_refuses_another():
