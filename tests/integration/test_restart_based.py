@@ -98,8 +98,9 @@ def test_the_file_source_switches_its_trigger_at_the_transition(spark, tmp_path)
     assert len(live_trigger) >= 6
     steady = batch_starts(live_trigger[1:])
     gaps = [b - a for a, b in itertools.pairwise(steady)]
-    # The cadence, judged by its median: one late batch on a loaded machine is no defect.
-    assert gaps and 0.75 <= statistics.median(gaps) <= 1.5, gaps
+    # The trigger holds batches an interval apart, and a loaded machine only stretches the
+    # gaps: the lower bound is exact, the upper one only tells 1 s apart from the backlog's 1 min.
+    assert gaps and 0.75 <= statistics.median(gaps) < 10, gaps
 
     # Exactly once: every input row in the committed output, none twice.
     committed = [
