@@ -9,6 +9,7 @@ password itself, in its user part or its query, is refused by name.
 
 from __future__ import annotations
 
+import logging
 import os
 
 import pyarrow as pa
@@ -18,11 +19,13 @@ from sqlalchemy.exc import ArgumentError
 
 from spark_jobs.backlog.secrets import redact_text
 from spark_jobs.metrics.schema import installed_postgres_driver, with_password
-from spark_jobs.sources.cdc.describe import describe_table
+from spark_jobs.sources.cdc.describe import byte_order_advice, describe_table
 from spark_jobs.sources.cdc.slot import ReplicationSlot, SlotError, check_logical_decoding
 from spark_jobs.sources.cdc.table import TableError, TableShape
 from spark_jobs.sources.children import ChildSpecError
 from spark_jobs.sources.file_reading import check_types
+
+logger = logging.getLogger(__name__)
 
 PASSWORD_ENV = "BACKLOG_CDC_PASSWORD"
 #: libpq parameters that hold a secret when given in a URL's query.
@@ -96,7 +99,11 @@ def checked_table(child: str, url: str, table: str) -> TableShape:
 def describe(child: str, url: str, table: str) -> TableShape:
     engine = sqlalchemy.create_engine(installed_postgres_driver(make_url(url)))
     try:
-        return describe_table(engine, table)
+        shape = describe_table(engine, table)
+        advice = byte_order_advice(engine, shape)
+        if advice is not None:
+            logger.warning("child source %r: %s", child, advice)
+        return shape
     except TableError as error:
         raise ChildSpecError(f"child source {child!r}: {error}") from None
     except sqlalchemy.exc.OperationalError as error:

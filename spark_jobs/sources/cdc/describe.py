@@ -10,11 +10,13 @@ server and merged with decoded changes by key in Python. Both sides must order k
 same way, so every key column must be of a type whose PostgreSQL order is Python's order of
 the values read: integers, numeric (``values.NumericKey``), dates and timestamps (counts,
 infinities at the ends), uuid (its lower-case text orders as its bytes), and text, varchar
-and char(n) only under a byte-ordered collation ("C" or "POSIX") in a UTF-8 database, where
-byte order is code point order (a char(n) compared without its padding,
-``values.PaddedKey``). Other collations order by language rules that Python does not know,
-and a key compared both ways would put a row in no chunk or in two. Every key column is
-checked, not only the first, because the merge compares whole keys.
+and char(n) in a UTF-8 database, compared ``COLLATE "C"`` whatever their own collation:
+byte order, which is code point order there (a char(n) compared without its padding,
+``values.PaddedKey``). A language collation orders by rules Python does not know, and a key
+compared both ways would put a row in no chunk or in two; a nondeterministic one makes keys
+equal that differ, so it is refused. Every key column is checked, not only the first,
+because the merge compares whole keys. A key index of another collation cannot serve the
+byte order: ``byte_order_advice`` names the index that would.
 
 A table without a primary key has no key to chunk on (and its updates and deletes carry no
 key, unless under REPLICA IDENTITY FULL): it is refused, as is a replica identity that is
@@ -35,7 +37,6 @@ from spark_jobs.backlog.table_names import qualified
 from spark_jobs.sources.cdc.table import (
     _IDENTITIES,
     ALLOWED,
-    BYTE_ORDERED,
     CHUNKABLE,
     COLUMN_TYPES,
     SUPPORTED,
@@ -97,10 +98,7 @@ _TYPES = text(
 )
 _KEY = text(
     "SELECT a.attname, a.atttypid, format_type(a.atttypid, a.atttypmod) AS type_name, "
-    "coll.collname, "
-    "CASE WHEN coll.collprovider = 'd' THEN db.datlocprovider ELSE coll.collprovider END "
-    "  AS provider, "
-    "CASE WHEN coll.collprovider = 'd' THEN db.datcollate ELSE coll.collcollate END AS locale, "
+    "coll.collname, coll.collisdeterministic AS deterministic, "
     "pg_encoding_to_char(db.encoding) AS encoding "
     "FROM pg_index i CROSS JOIN unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, position) "
     "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum "
@@ -261,22 +259,65 @@ def _check_key_column(table: str, column: sqlalchemy.Row, base_oid: int) -> None
     if base_oid in CHUNKABLE:
         return
     if base_oid in TEXT_TYPES:
-        if column.provider != "c" or column.locale not in BYTE_ORDERED:
-            source = f"libc locale {column.locale!r}" if column.provider == "c" else "ICU"
-            raise TableError(
-                f"table {table}: primary-key column {column.attname!r} is {column.type_name} "
-                f"with collation {column.collname!r} ({source}), which does not order by "
-                f"bytes; a key column must be {ALLOWED}"
-            )
         if column.encoding != "UTF8":
             raise TableError(
+                f"table {table}: primary-key column {column.attname!r} is {column.type_name}, "
+                f"whose chunks are read in byte order, but the database is encoded in "
+                f"{column.encoding}, where byte order is not code point order; a key column "
+                f"must be {ALLOWED}"
+            )
+        if column.deterministic is False:
+            raise TableError(
                 f"table {table}: primary-key column {column.attname!r} is {column.type_name} "
-                f"with collation {column.collname!r}, which orders by bytes, but the database "
-                f"is encoded in {column.encoding}, where byte order is not code point order; "
-                f"a key column must be {ALLOWED}"
+                f"with collation {column.collname!r}, which is nondeterministic: it makes keys "
+                f"equal whose bytes differ; a key column must be {ALLOWED}"
             )
         return
     raise TableError(
         f"table {table}: primary-key column {column.attname!r} is {column.type_name}, which "
         f"cannot be chunked; a key column must be {ALLOWED}"
+    )
+
+
+_INDEXES = text(
+    "SELECT i.indkey::text AS columns, i.indcollation::text AS collations FROM pg_index i "
+    "WHERE i.indrelid = :oid AND i.indisvalid AND i.indpred IS NULL"
+)
+_ATTNUMS = text(
+    "SELECT a.attname, a.attnum FROM pg_attribute a WHERE a.attrelid = :oid AND a.attnum > 0"
+)
+#: ``pg_collation``'s OID of "C", fixed in every release.
+_C_COLLATION = "950"
+
+
+def byte_order_advice(engine: sqlalchemy.Engine, shape: TableShape) -> str | None:
+    """None if an index of ``shape`` has its key's chunk order (text ``COLLATE "C"``), else
+    the index to create: without one, every chunk's read sorts the whole table."""
+    with engine.connect() as connection:
+        attnums = dict(connection.execute(_ATTNUMS, {"oid": shape.oid}).all())
+        indexes = connection.execute(_INDEXES, {"oid": shape.oid}).all()
+    wanted = [
+        (str(attnums[c.name]), _C_COLLATION if c.kind.oid in TEXT_TYPES else None)
+        for c in shape.key_columns
+    ]
+    if any(_leads_with(index, wanted) for index in indexes):
+        return None
+    columns = ", ".join(
+        f'{c.sql} COLLATE "C"' if c.kind.oid in TEXT_TYPES else c.sql for c in shape.key_columns
+    )
+    return (
+        f'chunks of {shape.name} are read in key order with text compared COLLATE "C" (byte '
+        "order), which no index of the table has, so each chunk's read sorts the table; for "
+        f"a large table, create one: CREATE INDEX CONCURRENTLY ON {shape.name} ({columns})"
+    )
+
+
+def _leads_with(index: sqlalchemy.Row, wanted: list[tuple[str, str | None]]) -> bool:
+    """Whether ``index`` begins with the ``wanted`` columns (attnums), each of the wanted
+    collation where one is named."""
+    found = list(zip(index.columns.split(), index.collations.split(), strict=True))
+    found = found[: len(wanted)]
+    return len(found) == len(wanted) and all(
+        column == attnum and collation in (None, found_collation)
+        for (column, found_collation), (attnum, collation) in zip(found, wanted, strict=True)
     )

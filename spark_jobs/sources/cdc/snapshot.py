@@ -60,7 +60,7 @@ from spark_jobs.sources.cdc.lsn import format_lsn, parse_lsn
 from spark_jobs.sources.cdc.messages import UNCHANGED, Begin, Commit, Truncate
 from spark_jobs.sources.cdc.pgoutput import decode
 from spark_jobs.sources.cdc.slot import SESSION_SETTINGS, ReplicationSlot, SlotError
-from spark_jobs.sources.cdc.table import Key, Row, TableShape, ValueNotAtHand
+from spark_jobs.sources.cdc.table import TEXT_TYPES, Key, Row, TableShape, ValueNotAtHand
 from spark_jobs.storage.files import create_file, filesystem, resolve_uri
 
 
@@ -345,7 +345,7 @@ class ChunkReader:
         bounds: tuple[str, list[Any]] = ("", [])
         if after is not None:
             casts = ", ".join(f"CAST(%s AS {c.type_name})" for c in self.table.key_columns)
-            bounds = (f"WHERE ({self._key_sql}) > ({casts}) ", self.table.json_key(after) or [])
+            bounds = (f"WHERE ({self._key_order}) > ({casts}) ", self.table.json_key(after) or [])
 
         def keys_of(read: pa.Table) -> KeyRange:
             last = None
@@ -380,6 +380,15 @@ class ChunkReader:
     @cached_property
     def _key_sql(self) -> str:
         return ", ".join(f"t.{column.sql}" for column in self.table.key_columns)
+
+    @cached_property
+    def _key_order(self) -> str:
+        """The key as chunks order it: text in byte order (``COLLATE "C"``), which is Python's
+        order of the values read (code points, in UTF-8), whatever the column's collation."""
+        return ", ".join(
+            f't.{c.sql} COLLATE "C"' if c.kind.oid in TEXT_TYPES else f"t.{c.sql}"
+            for c in self.table.key_columns
+        )
 
     def _image(
         self,
@@ -467,7 +476,7 @@ class ChunkReader:
         columns = self.table.columns
         query = (
             f"SELECT {', '.join(f't.{c.sql}' for c in columns)} FROM {self.table.name} t "
-            f"{where}ORDER BY {self._key_sql}"
+            f"{where}ORDER BY {self._key_order}"
         )
         if limit is not None:
             query, values = f"{query} LIMIT %s", [*values, limit]

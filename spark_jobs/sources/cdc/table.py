@@ -109,14 +109,12 @@ CHUNKABLE: Mapping[int, Callable[[Any], Any]] = {
     1114: timestamp_text,
     1184: timestamptz_text,
 }
-#: Text types, chunkable under a byte-ordered collation in a UTF-8 database only.
+#: Text types, chunkable in byte order (``COLLATE "C"``) in a UTF-8 database only.
 TEXT_TYPES = {25: "text", 1043: "varchar", 1042: "char(n)"}
-BYTE_ORDERED = ("C", "POSIX")
 ALLOWED = (
     f"{', '.join(COLUMN_TYPES[oid].name for oid in CHUNKABLE)}, or "
-    f"{', '.join(TEXT_TYPES.values())} with collation "
-    '"C" or "POSIX" (declare the column with COLLATE "C") in a database encoded in UTF8, '
-    "or a domain over one of these"
+    f"{', '.join(TEXT_TYPES.values())} under a deterministic collation in a database "
+    "encoded in UTF8, or a domain over one of these"
 )
 #: The columns that follow a table's own in the rows of both phases, snapshot and changelog,
 #: so that they share one schema: what happened ('snapshot', 'insert', 'update' or 'delete'),

@@ -39,6 +39,20 @@ def database(logical_server):
     engine.dispose()
 
 
+def non_c_collation(database) -> str:
+    """A collation that orders by language rules, whichever the server has."""
+    with database.connect() as connection:
+        name = connection.execute(
+            text(
+                "SELECT collname FROM pg_collation WHERE collname IN ('und-x-icu', 'en_US.utf8', "
+                "'en_US') ORDER BY collname DESC LIMIT 1"
+            )
+        ).scalar()
+    if name is None:
+        pytest.skip("the server has neither ICU nor an en_US locale")
+    return name
+
+
 @pytest.fixture
 def table(database):
     """A new table of its own per test, its ``notes`` stored out of line when large."""

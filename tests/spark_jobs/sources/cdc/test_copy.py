@@ -16,7 +16,7 @@ from spark_jobs.metrics.schema import make_engine
 from spark_jobs.sources.cdc import snapshot
 from spark_jobs.sources.cdc.child import PostgresCdcChild
 from spark_jobs.sources.cdc.table import TableChangedError
-from tests.spark_jobs.sources.cdc.conftest import BIG
+from tests.spark_jobs.sources.cdc.conftest import BIG, non_c_collation
 from tests.support.cdc_types import TYPE_COLUMNS, create_types_table
 from tests.support.postgres import LOGICAL_DECODING, PostgresServer
 from tools.faults.cdc_copy import CdcCopy
@@ -279,6 +279,45 @@ def test_a_table_whose_names_collide_with_the_change_columns_or_hold_dots_and_qu
         )
         copy.until_live_and_idle(max_rows=4)
         assert copy.differences() == []
+    finally:
+        copy.close()
+
+
+def test_text_keys_under_a_language_collation_are_chunked_in_byte_order(
+    logical_server, database, target_url, tmp_path
+):
+    """A key under a language collation was refused, so a country-code key in an en_US
+    database could not be copied. Chunks compare it COLLATE "C", the order the merge compares
+    in: here the two orders differ at every chunk's bound, and rows are inserted, deleted and
+    moved on both sides of the bounds while the chunks are read."""
+    collation = non_c_collation(database)
+    kind = target_url.split(":")[0]
+    table = f"coded_{kind}"
+    codes = ["1", "a", "ä", "B", "b ", "c", "D", "e", "É", "f", "Z", "zz", "Ω", "ab"]
+    values = ", ".join(f"('{c}', {n}, '{c}{n}')" for c in codes for n in (1, 2))
+    write(
+        database,
+        f'CREATE TABLE {table} (code char(3) COLLATE "{collation}", n int, name text, '
+        "PRIMARY KEY (code, n))",
+        f"INSERT INTO {table} VALUES {values}",
+    )
+    copy = CdcCopy(logical_server.url, table, target_url, tmp_path / "state", chunk_rows=3)
+    try:
+        copy.step()
+        changes = iter(
+            [
+                f"INSERT INTO {table} VALUES ('A', 1, 'new'), ('å', 3, 'new'), ('zz', 3, 'new')",
+                f"DELETE FROM {table} WHERE code IN ('Z', 'ä') AND n = 1",
+                f"UPDATE {table} SET code = 'C' WHERE code = 'f'",
+                f"UPDATE {table} SET code = 'é', name = 'moved' WHERE code = 'Ω' AND n = 2",
+                f"UPDATE {table} SET name = 'renamed' WHERE code IN ('1', 'b', 'zz')",
+            ]
+        )
+        while copy.step(max_rows=3):
+            write(database, next(changes, "SELECT 1"))
+        copy.until_live_and_idle(max_rows=3)
+        assert copy.differences() == []
+        assert len(rows(target_url, copy.target_table, "code, n, name")) == 2 * len(codes) + 1
     finally:
         copy.close()
 

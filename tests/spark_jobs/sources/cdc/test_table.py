@@ -1,6 +1,7 @@
 """Describing a table for a chunked snapshot, and reading its rows, against a real PostgreSQL."""
 
 import json
+import logging
 import re
 
 import pytest
@@ -8,8 +9,10 @@ from sqlalchemy import text
 
 from spark_jobs.metrics.schema import make_engine
 from spark_jobs.sources.cdc.changes import ChangeStreamError
-from spark_jobs.sources.cdc.describe import describe_table
+from spark_jobs.sources.cdc.connection import describe
+from spark_jobs.sources.cdc.describe import byte_order_advice, describe_table
 from spark_jobs.sources.cdc.table import SUPPORTED, Key, TableColumn, TableError, TableShape
+from tests.spark_jobs.sources.cdc.conftest import non_c_collation
 from tests.support.cdc_types import OUTPUT_SETTINGS, TYPE_COLUMNS, create_types_table, literal
 
 
@@ -17,20 +20,6 @@ def create(database, *statements: str) -> None:
     with database.begin() as connection:
         for statement in statements:
             connection.execute(text(statement))
-
-
-def non_c_collation(database) -> str:
-    """A collation that orders by language rules, whichever the server has."""
-    with database.connect() as connection:
-        name = connection.execute(
-            text(
-                "SELECT collname FROM pg_collation WHERE collname IN ('und-x-icu', 'en_US.utf8', "
-                "'en_US') ORDER BY collname DESC LIMIT 1"
-            )
-        ).scalar()
-    if name is None:
-        pytest.skip("the server has neither ICU nor an en_US locale")
-    return name
 
 
 def test_columns_in_order_and_a_composite_key_in_the_keys_order(database):
@@ -148,21 +137,69 @@ def test_a_key_type_without_a_chunkable_order_is_refused(database, column, type_
         create(database, "DROP TABLE refused")
 
 
-def test_a_text_key_under_a_language_collation_is_refused_by_column_and_collation(database):
+def test_a_text_key_under_a_language_collation_is_read_in_byte_order(database):
+    """Its chunks compare it COLLATE "C": the key index of its own collation cannot serve
+    that order, so the source names the index that would, and is content once it exists."""
     collation = non_c_collation(database)
     create(
         database,
-        f'CREATE TABLE worded (id int, word text COLLATE "{collation}", PRIMARY KEY (id, word))',
+        f'CREATE TABLE worded (id int, word text COLLATE "{collation}", PRIMARY KEY (word, id))',
+    )
+    shape = describe_table(database, "worded")
+    assert shape.key == ("word", "id")
+    assert byte_order_advice(database, shape) == (
+        'chunks of public.worded are read in key order with text compared COLLATE "C" (byte '
+        "order), which no index of the table has, so each chunk's read sorts the table; for a "
+        "large table, create one: "
+        'CREATE INDEX CONCURRENTLY ON public.worded (word COLLATE "C", id)'
+    )
+    create(database, 'CREATE INDEX worded_bytes ON worded (word COLLATE "C", id)')
+    assert byte_order_advice(database, shape) is None
+
+
+def test_a_key_index_that_already_orders_by_bytes_needs_no_advice(database):
+    create(
+        database,
+        'CREATE TABLE coded (code char(3) COLLATE "C", day date, PRIMARY KEY (code, day))',
+        "CREATE TABLE dated (day date PRIMARY KEY, note text)",
+        # Leading with the key is enough; partial and other-collation indexes are not.
+        'CREATE TABLE posix (word text COLLATE "POSIX", n int, PRIMARY KEY (word))',
+        'CREATE INDEX posix_some ON posix (word COLLATE "C") WHERE n > 0',
+    )
+    for table, advised in (("coded", False), ("dated", False), ("posix", True)):
+        shape = describe_table(database, table)
+        assert (byte_order_advice(database, shape) is not None) == advised, table
+    create(database, 'CREATE INDEX posix_all ON posix (word COLLATE "C", n)')
+    assert byte_order_advice(database, describe_table(database, "posix")) is None
+
+
+def test_a_text_key_under_a_nondeterministic_collation_is_refused(database):
+    with database.connect() as connection:
+        icu = connection.execute(
+            text("SELECT 1 FROM pg_collation WHERE collname = 'und-x-icu'")
+        ).scalar()
+    if icu is None:
+        pytest.skip("the server has no ICU")
+    create(
+        database,
+        "CREATE COLLATION IF NOT EXISTS folded "
+        "(provider = icu, locale = 'und-u-ks-level2', deterministic = false)",
+        "CREATE TABLE folded_keys (word text COLLATE folded PRIMARY KEY)",
     )
     with pytest.raises(
         TableError,
-        match=rf"column 'word' is text with collation '{collation}' .*does not order by bytes"
-        r'.*collation "C" or "POSIX"',
+        match=r"column 'word' is text with collation 'folded', which is nondeterministic: it "
+        r"makes keys equal whose bytes differ; .*under a deterministic collation in a database "
+        r"encoded in UTF8",
     ):
-        describe_table(database, "worded")
+        describe_table(database, "folded_keys")
 
 
-def test_a_database_whose_default_collation_is_not_c_refuses_text_keys(logical_server, database):
+def test_a_database_whose_default_collation_is_not_c_takes_text_keys_and_names_the_index(
+    logical_server, database, caplog
+):
+    """What most users have: en_US.UTF-8 (or ICU) as the database's default. The source
+    takes the table, and warns when it starts that every chunk's read will sort it."""
     collation = non_c_collation(database)
     locale = (
         "LOCALE_PROVIDER icu ICU_LOCALE 'und'"
@@ -171,11 +208,18 @@ def test_a_database_whose_default_collation_is_not_c_refuses_text_keys(logical_s
     )
     with database.execution_options(isolation_level="AUTOCOMMIT").connect() as connection:
         connection.execute(text(f"CREATE DATABASE worded TEMPLATE template0 {locale}"))
-    engine = make_engine(logical_server.url.rsplit("/", 1)[0] + "/worded")
+    url = logical_server.url.rsplit("/", 1)[0] + "/worded"
+    engine = make_engine(url)
     try:
         create(engine, "CREATE TABLE words (word text PRIMARY KEY)")
-        with pytest.raises(TableError, match=r"column 'word' is text with collation 'default'"):
-            describe_table(engine, "words")
+        with caplog.at_level(logging.WARNING, logger="spark_jobs.sources.cdc.connection"):
+            assert describe("cdc", url, "words").key == ("word",)
+        assert caplog.messages == [
+            f"child source 'cdc': {byte_order_advice(engine, describe_table(engine, 'words'))}"
+        ]
+        assert caplog.messages[0].endswith(
+            'CREATE INDEX CONCURRENTLY ON public.words (word COLLATE "C")'
+        )
     finally:
         engine.dispose()
 
@@ -293,7 +337,7 @@ def test_a_text_key_in_a_database_not_encoded_in_utf8_is_refused(logical_server,
         create(engine, 'CREATE TABLE words (word text COLLATE "C" PRIMARY KEY)')
         with pytest.raises(
             TableError,
-            match=r"column 'word' is text with collation 'C', which orders by bytes, but the "
+            match=r"column 'word' is text, whose chunks are read in byte order, but the "
             r"database is encoded in LATIN1, .*in a database encoded in UTF8",
         ):
             describe_table(engine, "words")
