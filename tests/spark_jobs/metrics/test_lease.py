@@ -223,14 +223,16 @@ except LeaseHeld as error:
 
 def test_a_driver_whose_clock_runs_ahead_cannot_take_a_renewed_lease(postgres_server):
     """Lease times are the database's: a host clock 40 s ahead, more than the time to live,
-    does not make a lease that was just renewed look expired."""
+    does not make a lease that was just renewed look expired. The time to live (30 s) is
+    long enough for the skewed process to start on a loaded machine: with 3 s, it found the
+    lease really expired now and then."""
     postgres_server.start()
     engine = make_engine(postgres_server.url)
     metadata.drop_all(engine)
     engine.dispose()
     store = LeaseStore(postgres_server.url)
     try:
-        store.acquire("events", CHECKPOINT, "run-1", 3)
+        store.acquire("events", CHECKPOINT, "run-1", 30)
         env = {
             **os.environ,
             "LD_PRELOAD": faketime(),
