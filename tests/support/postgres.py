@@ -4,11 +4,23 @@ rather than erroring."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from tests.support.prerequisites import missing
 from tools.services import postgres
 from tools.services.postgres import LOGICAL_DECODING, find_bin_dir, free_port
 
-__all__ = ["LOGICAL_DECODING", "PostgresServer", "find_bin_dir", "free_port"]
+__all__ = ["LOGICAL_DECODING", "RELEASES", "PostgresServer", "find_bin_dir", "free_port"]
+
+#: The releases the CDC source supports beside the installed one (Debian 12's 15), where
+#: scripts/install-postgres-releases puts them; None is the installed one.
+RELEASES: tuple[str | None, ...] = (None, "17", "18")
+_RELEASES_DIR = Path(__file__).resolve().parents[2] / ".venv" / "postgres"
+
+
+def release_bin_dir(release: str | None) -> Path | None:
+    """Where ``release``'s server binaries are (None: the installed release, found on start)."""
+    return None if release is None else _RELEASES_DIR / release / "bin"
 
 
 class PostgresServer(postgres.PostgresServer):
@@ -18,5 +30,6 @@ class PostgresServer(postgres.PostgresServer):
         try:
             super().start()
         except postgres.PostgresUnavailable as unavailable:
-            missing(f"{unavailable}; needed to run these tests")
+            hint = "" if self._bin is None else " (scripts/install-postgres-releases)"
+            missing(f"{unavailable}{hint}; needed to run these tests")
         return self

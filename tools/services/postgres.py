@@ -26,11 +26,11 @@ from pathlib import Path
 from tools.services.ports import free_port
 
 INSTALL_HINT = (
-    "PostgreSQL server binaries (initdb, pg_ctl, createdb) not found in PATH or "
+    "PostgreSQL server binaries (initdb, pg_ctl, postgres) not found in PATH or "
     "/usr/lib/postgresql/*/bin; install Debian's postgresql package "
     "(scripts/install-test-tools installs it)"
 )
-_TOOLS = ("initdb", "pg_ctl", "createdb")
+_TOOLS = ("initdb", "pg_ctl", "postgres")
 #: Settings for a server whose changes can be read through logical replication slots.
 LOGICAL_DECODING = {"wal_level": "logical", "max_replication_slots": "10", "max_wal_senders": "10"}
 
@@ -48,7 +48,7 @@ def _version_key(bin_dir: str) -> tuple[int, ...]:
 
 
 def find_bin_dir() -> Path | None:
-    """The directory holding initdb, pg_ctl and createdb of one PostgreSQL version."""
+    """The directory holding initdb, pg_ctl and postgres of one PostgreSQL version."""
     candidates: list[Path] = []
     initdb = shutil.which("initdb")
     if initdb:
@@ -78,6 +78,7 @@ class PostgresServer:
         database: str = "metrics",
         user: str = "postgres",
         settings: Mapping[str, str] | None = None,
+        bin_dir: Path | None = None,
     ):
         self.database = database
         self.user = user
@@ -85,7 +86,7 @@ class PostgresServer:
         self.port = 0
         self.running = False
         self._base: Path | None = None
-        self._bin: Path | None = None
+        self._bin = bin_dir
         self._prefix: list[str] = []
 
     @property
@@ -138,10 +139,6 @@ class PostgresServer:
             + "".join(f" -c {shlex.quote(f'{k}={v}')}" for k, v in self.settings.items()),
         )
         self.running = True
-        if first:
-            self._run(
-                "createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", self.user, self.database
-            )
         return self
 
     def stop(self) -> None:
@@ -160,9 +157,11 @@ class PostgresServer:
                 self._base = None
 
     def _create_cluster(self) -> None:
-        bin_dir = find_bin_dir()
+        bin_dir = self._bin or find_bin_dir()
         if bin_dir is None:
             raise PostgresUnavailable(INSTALL_HINT)
+        if not all((bin_dir / tool).is_file() for tool in _TOOLS):
+            raise PostgresUnavailable(f"{', '.join(_TOOLS)} are not all in {bin_dir}")
         owner = None
         if os.geteuid() == 0:
             if shutil.which("runuser") is None:
@@ -196,17 +195,28 @@ class PostgresServer:
             "--locale=C",
             "--no-sync",
         )
+        # The server binary alone creates it (single-user mode), where no client tool is.
+        name = self.database.replace('"', '""')
+        self._run(
+            "postgres",
+            "--single",
+            "-D",
+            str(self._data_dir),
+            "postgres",
+            stdin=f'CREATE DATABASE "{name}"\n',
+        )
 
     def _pg_ctl(self, *args: str) -> None:
         self._run("pg_ctl", "-D", str(self._data_dir), *args)
 
-    def _run(self, tool: str, *args: str) -> None:
+    def _run(self, tool: str, *args: str, stdin: str | None = None) -> None:
         assert self._bin is not None and self._base is not None
         command = [*self._prefix, str(self._bin / tool), *args]
         result = subprocess.run(
             command,
             cwd=self._base,
             env={**os.environ, "LC_ALL": "C", "PGTZ": "UTC"},
+            input=stdin,
             capture_output=True,
             text=True,
             timeout=60,

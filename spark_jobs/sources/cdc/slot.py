@@ -289,7 +289,10 @@ class ReplicationSlot:
                 text(
                     "SELECT attnames, rowfilter, (SELECT array_agg(attname::text ORDER BY attnum) "
                     "  FROM pg_attribute WHERE attrelid = c.oid AND attnum > 0 "
-                    "  AND NOT attisdropped) AS columns "
+                    "  AND NOT attisdropped AND attgenerated = '') AS columns, "
+                    "EXISTS (SELECT 1 FROM pg_publication_rel pr JOIN pg_publication p ON "
+                    "  p.oid = pr.prpubid WHERE p.pubname = pt.pubname AND pr.prrelid = c.oid "
+                    "  AND pr.prattrs IS NOT NULL) AS column_list "
                     "FROM pg_publication_tables pt JOIN pg_namespace n ON n.nspname = "
                     "pt.schemaname JOIN pg_class c ON c.relnamespace = n.oid AND "
                     "c.relname = pt.tablename WHERE pt.pubname = :publication "
@@ -318,15 +321,17 @@ class ReplicationSlot:
                 f"{self.table} would never arrive: ALTER PUBLICATION {self.publication} "
                 f"SET (publish = '{', '.join(PUBLISHED_ACTIONS)}')"
             )
-        if carried[1] is not None:
+        if carried.rowfilter is not None:
             raise SlotError(
-                f"{named} filters the rows of {self.table} (WHERE {carried[1]}), so changes "
+                f"{named} filters the rows of {self.table} (WHERE {carried.rowfilter}), so changes "
                 "of the rows it leaves out would never arrive: publish the table without a "
                 "row filter"
             )
-        if carried[0] is not None and list(carried[0]) != list(carried.columns):
+        # Without a column list, attnames lists what the release publishes (from 16 on:
+        # without generated columns, unless publish_generated_columns asks for them).
+        if carried.column_list and not set(carried.columns) <= set(carried.attnames):
             raise SlotError(
-                f"{named} publishes only the columns {list(carried[0])} of {self.table}, "
+                f"{named} publishes only the columns {list(carried.attnames)} of {self.table}, "
                 f"not all of {list(carried.columns)}: publish the table without a column list"
             )
 

@@ -12,7 +12,7 @@ from spark_jobs.metrics.schema import make_engine
 from spark_jobs.sources.cdc.changes import Change, Event, RelationCache, events
 from spark_jobs.sources.cdc.messages import Begin, Commit, Message
 from spark_jobs.sources.cdc.slot import ReplicationSlot
-from tests.support.postgres import LOGICAL_DECODING, PostgresServer
+from tests.support.postgres import LOGICAL_DECODING, RELEASES, PostgresServer, release_bin_dir
 
 _tables = itertools.count()
 #: Random letters and digits do not compress, and 12,000 of them are well past the 2 kB at
@@ -20,15 +20,26 @@ _tables = itertools.count()
 BIG = "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(12_000))
 
 
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A test marked ``every_release`` runs on each release the source supports."""
+    if "logical_server" in metafunc.fixturenames and metafunc.definition.get_closest_marker(
+        "every_release"
+    ):
+        ids = [release or "installed" for release in RELEASES]
+        metafunc.parametrize("logical_server", RELEASES, ids=ids, indirect=True, scope="module")
+
+
 @pytest.fixture(scope="module")
-def logical_server() -> Iterator[PostgresServer]:
-    """A throwaway PostgreSQL server with wal_level = logical (skips without one).
+def logical_server(request: pytest.FixtureRequest) -> Iterator[PostgresServer]:
+    """A throwaway PostgreSQL server with wal_level = logical (skips without one), of the
+    release the test is parametrized with, else the installed one.
 
     Decoding reads only WAL the server has flushed: with the test servers' asynchronous
     commit, a transaction would show up a few hundred milliseconds after it committed.
     """
     settings = {**LOGICAL_DECODING, "synchronous_commit": "on"}
-    with PostgresServer(database="shop", settings=settings) as server:
+    bin_dir = release_bin_dir(getattr(request, "param", None))
+    with PostgresServer(database="shop", settings=settings, bin_dir=bin_dir) as server:
         yield server
 
 

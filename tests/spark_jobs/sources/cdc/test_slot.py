@@ -317,6 +317,7 @@ def test_a_slot_let_go_while_waiting_is_then_read(slot, held, table, database):
 # --- the publication ----------------------------------------------------------------------
 
 
+@pytest.mark.every_release
 @pytest.mark.parametrize(
     ("publication", "message"),
     [

@@ -15,6 +15,9 @@ from spark_jobs.sources.cdc.table import SUPPORTED, Key, TableColumn, TableError
 from tests.spark_jobs.sources.cdc.conftest import non_c_collation
 from tests.support.cdc_types import OUTPUT_SETTINGS, TYPE_COLUMNS, create_types_table, literal
 
+#: On each PostgreSQL release the source supports: the catalogs and decoding differ.
+pytestmark = pytest.mark.every_release
+
 
 def create(database, *statements: str) -> None:
     with database.begin() as connection:
