@@ -289,6 +289,19 @@ class JobRuns:
         os.killpg(self.job.pid, signal.SIGKILL)
         self.job.wait(60)
 
+    def next_commit(self, commits: Path, timeout_s: float) -> bool:
+        """Wait until Spark commits a batch past those in ``commits`` now: whether it did
+        while this run was alive. A kill is then dealt to a running query, not to a driver
+        still starting (which takes longer than the whole workload lasts)."""
+        assert self.job is not None
+        committed = _batches(commits)
+        deadline = time.monotonic() + timeout_s
+        while _batches(commits) == committed:
+            if self.job.poll() is not None or time.monotonic() > deadline:
+                return False
+            time.sleep(0.1)
+        return True
+
     def finish(self, timeout_s: float) -> int | None:
         """The exit code once the job stops by itself (idle); None if it did not."""
         assert self.job is not None
@@ -302,6 +315,10 @@ class JobRuns:
         tail = self.logs[-1].read_text()[-8000:]
         named = [line for line in tail.splitlines() if "Error" in line or "error" in line]
         return "\n".join(named) or tail
+
+
+def _batches(commits: Path) -> int:
+    return sum(1 for _ in commits.glob("[0-9]*")) if commits.is_dir() else 0
 
 
 def run_job_trial(
@@ -330,13 +347,20 @@ def run_job_trial(
         shape_change.start()
     try:
         deadline = time.monotonic() + seconds
+        commits = checkpoint / "spark" / "commits"
         for _ in range(rng.choice([1, 1, 2])):
-            time.sleep(rng.uniform(1.0, max(1.0, deadline - time.monotonic())))
+            # Mostly after a commit of this run, now and then while its driver starts.
+            after_commit = rng.random() < 0.8
+            pause_s = rng.uniform(0.0, 2.0) if after_commit else rng.uniform(1.0, 6.0)
+            if after_commit and not runs.next_commit(commits, 120):
+                break
+            time.sleep(pause_s)
             if runs.job is not None and runs.job.poll() is not None:
                 break
             runs.kill()
             result.kills += 1
             runs.start()
+            deadline = max(deadline, time.monotonic() + rng.uniform(1.0, 3.0))
         time.sleep(max(0.0, deadline - time.monotonic()))
     finally:
         _stop(workload, shape_change)
