@@ -472,10 +472,12 @@ class ChunkReader:
     ) -> pa.Table:
         """The rows ``where`` selects in key order (at most ``limit``), through ``COPY``: its
         text comes from each type's output function, as the changelog's does (a cast to
-        text differs: ``true`` for 't', ``char(n)`` without its padding)."""
+        text differs: ``true`` for 't', ``char(n)`` without its padding). Each line leads with
+        a constant, which Arrow drops: it takes a byte-order mark that starts its input for
+        no value, and would strip a U+FEFF that starts the first row's first value."""
         columns = self.table.columns
         query = (
-            f"SELECT {', '.join(f't.{c.sql}' for c in columns)} FROM {self.table.name} t "
+            f"SELECT 0, {', '.join(f't.{c.sql}' for c in columns)} FROM {self.table.name} t "
             f"{where}ORDER BY {self._key_order}"
         )
         if limit is not None:
@@ -486,9 +488,10 @@ class ChunkReader:
             return self.table.typed_table(pa.table({n: pa.array([], pa.string()) for n in names}))
         found = pa_csv.read_csv(
             io.BytesIO(buffer),
-            read_options=pa_csv.ReadOptions(column_names=names),
+            read_options=pa_csv.ReadOptions(column_names=["lead", *names]),
             parse_options=pa_csv.ParseOptions(newlines_in_values=True),
             convert_options=pa_csv.ConvertOptions(
+                include_columns=names,
                 column_types=dict.fromkeys(names, pa.string()),
                 null_values=[""],
                 strings_can_be_null=True,
