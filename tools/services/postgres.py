@@ -80,6 +80,9 @@ class PostgresServer:
         settings: Mapping[str, str] | None = None,
         bin_dir: Path | None = None,
     ):
+        if "\n" in database or "\0" in database:
+            # The database is made in single-user mode, where a newline ends a statement.
+            raise ValueError(f"database name {database!r}: a line break or NUL is not allowed")
         self.database = database
         self.user = user
         self.settings = dict(settings or {})
@@ -196,20 +199,20 @@ class PostgresServer:
             "--no-sync",
         )
         # The server binary alone creates it (single-user mode), where no client tool is.
+        # That mode exits 0 after an error.
         name = self.database.replace('"', '""')
-        self._run(
-            "postgres",
-            "--single",
-            "-D",
-            str(self._data_dir),
-            "postgres",
+        output = self._run(
+            "postgres", "--single", "-D", str(self._data_dir), "postgres",
             stdin=f'CREATE DATABASE "{name}"\n',
-        )
+        )  # fmt: skip
+        if "ERROR:" in output:
+            raise RuntimeError(f"creating database {self.database!r} failed:\n{output}")
 
     def _pg_ctl(self, *args: str) -> None:
         self._run("pg_ctl", "-D", str(self._data_dir), *args)
 
-    def _run(self, tool: str, *args: str, stdin: str | None = None) -> None:
+    def _run(self, tool: str, *args: str, stdin: str | None = None) -> str:
+        """``tool``'s output (stdout and stderr); RuntimeError if it fails."""
         assert self._bin is not None and self._base is not None
         command = [*self._prefix, str(self._bin / tool), *args]
         result = subprocess.run(
@@ -230,3 +233,4 @@ class PostgresServer:
                 f"{' '.join(command)} exited with {result.returncode}:\n"
                 f"{result.stdout}{result.stderr}{server_log}"
             )
+        return result.stdout + result.stderr

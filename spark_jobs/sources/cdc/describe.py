@@ -99,11 +99,21 @@ _TYPES = text(
 _KEY = text(
     "SELECT a.attname, a.atttypid, format_type(a.atttypid, a.atttypmod) AS type_name, "
     "coll.collname, coll.collisdeterministic AS deterministic, "
-    "pg_encoding_to_char(db.encoding) AS encoding "
+    "pg_encoding_to_char(db.encoding) AS encoding, o.oid AS order_collation, "
+    "quote_ident(ocn.nspname) || '.' || quote_ident(oc.collname) AS order_collation_name "
     "FROM pg_index i CROSS JOIN unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, position) "
     "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum "
     "LEFT JOIN pg_collation coll ON coll.oid = a.attcollation "
     "JOIN pg_database db ON db.datname = current_database() "
+    # Its own collation where that orders by bytes (libc's C or POSIX, the database's
+    # default included), which its key index then serves; else "C" (OID 950).
+    "CROSS JOIN LATERAL (SELECT CASE WHEN a.attcollation = 0 THEN NULL "
+    "  WHEN (CASE WHEN coll.collprovider = 'd' THEN db.datlocprovider "
+    "    ELSE coll.collprovider END) = 'c' "
+    "  AND (CASE WHEN coll.collprovider = 'd' THEN db.datcollate ELSE coll.collcollate END) "
+    "    IN ('C', 'POSIX') THEN a.attcollation ELSE 950 END AS oid) o "
+    "LEFT JOIN pg_collation oc ON oc.oid = o.oid "
+    "LEFT JOIN pg_namespace ocn ON ocn.oid = oc.collnamespace "
     "WHERE i.indrelid = :oid AND i.indisprimary ORDER BY k.position"
 )
 
@@ -169,6 +179,10 @@ def describe_table(engine: sqlalchemy.Engine, table: str) -> TableShape:
         key_names,
         found.relreplident,
         tuple(p.oid for p in partitions),
+        tuple(
+            None if c.order_collation is None else (c.order_collation, c.order_collation_name)
+            for c in key
+        ),
     )
 
 
@@ -280,44 +294,58 @@ def _check_key_column(table: str, column: sqlalchemy.Row, base_oid: int) -> None
 
 
 _INDEXES = text(
-    "SELECT i.indkey::text AS columns, i.indcollation::text AS collations FROM pg_index i "
+    "SELECT i.indkey::text AS columns, i.indcollation::text AS collations, "
+    "i.indoption::text AS options, am.amname AS method FROM pg_index i "
+    "JOIN pg_class ic ON ic.oid = i.indexrelid JOIN pg_am am ON am.oid = ic.relam "
     "WHERE i.indrelid = :oid AND i.indisvalid AND i.indpred IS NULL"
 )
 _ATTNUMS = text(
     "SELECT a.attname, a.attnum FROM pg_attribute a WHERE a.attrelid = :oid AND a.attnum > 0"
 )
-#: ``pg_collation``'s OID of "C", fixed in every release.
-_C_COLLATION = "950"
+
+
+def key_order(shape: TableShape, prefix: str = "") -> str:
+    """The key as chunks and refreshes compare and order it: each text column under its
+    byte-ordered collation (``TableShape.key_collations``), Python's order of its values."""
+    return ", ".join(
+        f"{prefix}{c.sql}" + ("" if collation is None else f" COLLATE {collation[1]}")
+        for c, collation in zip(shape.key_columns, shape.key_collations, strict=True)
+    )
 
 
 def byte_order_advice(engine: sqlalchemy.Engine, shape: TableShape) -> str | None:
-    """None if an index of ``shape`` has its key's chunk order (text ``COLLATE "C"``), else
+    """None if a btree index of ``shape`` serves its chunks' order (``key_order``), else
     the index to create: without one, every chunk's read sorts the whole table."""
     with engine.connect() as connection:
         attnums = dict(connection.execute(_ATTNUMS, {"oid": shape.oid}).all())
         indexes = connection.execute(_INDEXES, {"oid": shape.oid}).all()
     wanted = [
-        (str(attnums[c.name]), _C_COLLATION if c.kind.oid in TEXT_TYPES else None)
-        for c in shape.key_columns
+        (str(attnums[c.name]), "0" if collation is None else str(collation[0]))
+        for c, collation in zip(shape.key_columns, shape.key_collations, strict=True)
     ]
-    if any(_leads_with(index, wanted) for index in indexes):
+    if any(_serves(index, wanted) for index in indexes):
         return None
-    columns = ", ".join(
-        f'{c.sql} COLLATE "C"' if c.kind.oid in TEXT_TYPES else c.sql for c in shape.key_columns
-    )
+    # A partitioned table's index cannot be made concurrently (its partitions' can).
+    how = "CREATE INDEX ON" if shape.partitions else "CREATE INDEX CONCURRENTLY ON"
     return (
-        f'chunks of {shape.name} are read in key order with text compared COLLATE "C" (byte '
-        "order), which no index of the table has, so each chunk's read sorts the table; for "
-        f"a large table, create one: CREATE INDEX CONCURRENTLY ON {shape.name} ({columns})"
+        f"chunks of {shape.name} are read in key order with text compared in byte order, "
+        "which no index of the table serves, so each chunk's read sorts the table; for a "
+        f"large table, create one: {how} {shape.name} ({key_order(shape)})"
     )
 
 
-def _leads_with(index: sqlalchemy.Row, wanted: list[tuple[str, str | None]]) -> bool:
-    """Whether ``index`` begins with the ``wanted`` columns (attnums), each of the wanted
-    collation where one is named."""
-    found = list(zip(index.columns.split(), index.collations.split(), strict=True))
-    found = found[: len(wanted)]
-    return len(found) == len(wanted) and all(
-        column == attnum and collation in (None, found_collation)
-        for (column, found_collation), (attnum, collation) in zip(found, wanted, strict=True)
+def _serves(index: sqlalchemy.Row, wanted: list[tuple[str, str]]) -> bool:
+    """Whether ``index`` is a btree that begins with the ``wanted`` columns (attnums) of the
+    wanted collations (OIDs), all in one direction, so a scan of it reads them in order.
+    Its collations and options cover its key columns only, not its INCLUDE ones."""
+    collations, options = index.collations.split(), index.options.split()
+    found = list(zip(index.columns.split(), collations, options, strict=False))[: len(wanted)]
+    return (
+        index.method == "btree"
+        and len(found) == len(wanted)
+        and {option for *_, option in found} in ({"0"}, {"3"})  # all ASC, or all DESC
+        and all(
+            (column, collation) == want
+            for (column, collation, _), want in zip(found, wanted, strict=True)
+        )
     )

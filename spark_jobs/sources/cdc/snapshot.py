@@ -55,12 +55,12 @@ from spark_jobs.sources.cdc import generated
 from spark_jobs.sources.cdc.bulk import copy_out
 from spark_jobs.sources.cdc.catalog import CatalogState
 from spark_jobs.sources.cdc.changes import Event, RelationCache, RowChange, events
-from spark_jobs.sources.cdc.describe import describe_table
+from spark_jobs.sources.cdc.describe import describe_table, key_order
 from spark_jobs.sources.cdc.lsn import format_lsn, parse_lsn
 from spark_jobs.sources.cdc.messages import UNCHANGED, Begin, Commit, Truncate
 from spark_jobs.sources.cdc.pgoutput import decode
 from spark_jobs.sources.cdc.slot import SESSION_SETTINGS, ReplicationSlot, SlotError
-from spark_jobs.sources.cdc.table import TEXT_TYPES, Key, Row, TableShape, ValueNotAtHand
+from spark_jobs.sources.cdc.table import Key, Row, TableShape, ValueNotAtHand
 from spark_jobs.storage.files import create_file, filesystem, resolve_uri
 
 
@@ -374,21 +374,12 @@ class ChunkReader:
     def _where_keys(self, keys: Collection[Key]) -> tuple[str, list[Any]]:
         """The condition (with its values) that selects the rows of ``keys``."""
         casts = ", ".join(f"CAST(%s AS {c.type_name})" for c in self.table.key_columns)
-        where = f"WHERE ({self._key_sql}) IN ({', '.join([f'({casts})'] * len(keys))}) "
+        where = f"WHERE ({self._key_order}) IN ({', '.join([f'({casts})'] * len(keys))}) "
         return where, [v for key in keys for v in self.table.json_key(key) or []]
 
     @cached_property
-    def _key_sql(self) -> str:
-        return ", ".join(f"t.{column.sql}" for column in self.table.key_columns)
-
-    @cached_property
     def _key_order(self) -> str:
-        """The key as chunks order it: text in byte order (``COLLATE "C"``), which is Python's
-        order of the values read (code points, in UTF-8), whatever the column's collation."""
-        return ", ".join(
-            f't.{c.sql} COLLATE "C"' if c.kind.oid in TEXT_TYPES else f"t.{c.sql}"
-            for c in self.table.key_columns
-        )
+        return key_order(self.table, "t.")
 
     def _image(
         self,

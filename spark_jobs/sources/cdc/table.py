@@ -220,6 +220,9 @@ class TableShape:
     #: A partitioned table's partitions (OIDs, at every level): its changes are published as
     #: the root's (``publish_via_partition_root``), its truncates name the partitions.
     partitions: tuple[int, ...] = ()
+    #: Per key column, the byte-ordered collation chunks compare it under, as its OID and
+    #: its SQL name (``describe.py``); None for a column of a type without collations.
+    key_collations: tuple[tuple[int, str] | None, ...] = ()
 
     def signature(self) -> dict[str, Any]:
         """What the copy relies on, as JSON: kept at the first start and compared at every

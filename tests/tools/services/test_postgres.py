@@ -1,6 +1,11 @@
-import pytest
+from urllib.parse import quote
 
+import pytest
+from sqlalchemy import text
+
+from spark_jobs.metrics.schema import make_engine
 from tests.support import postgres as test_postgres
+from tests.support.postgres import PostgresServer
 from tools.services import postgres
 
 
@@ -29,3 +34,17 @@ def test_a_server_stops_and_comes_back_on_its_port():
         assert (server.port, server.url) == (port, url)
         assert url == f"postgresql://postgres@127.0.0.1:{port}/probe"
         assert server.log_path.exists()
+
+
+def test_a_database_name_is_taken_as_written_and_one_with_a_line_break_refused():
+    with pytest.raises(ValueError, match=r"database name 'a\\nb': a line break or NUL"):
+        PostgresServer(database="a\nb")
+    with PostgresServer(database='my "shop"; x\\') as server:
+        engine = make_engine(server.url.rsplit("/", 1)[0] + "/" + quote('my "shop"; x\\'))
+        try:
+            with engine.connect() as connection:
+                assert connection.execute(text("SELECT current_database()")).scalar() == (
+                    'my "shop"; x\\'
+                )
+        finally:
+            engine.dispose()

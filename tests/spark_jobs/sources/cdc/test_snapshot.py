@@ -16,7 +16,7 @@ from spark_jobs.sources.cdc.snapshot import ChunkReader, KeyRange, Visibility, m
 from spark_jobs.sources.cdc.table import TableColumn, TableShape, ValueNotAtHand
 from spark_jobs.sources.cdc.values import postgres_text
 from spark_jobs.storage.files import StateFileExists
-from tests.spark_jobs.sources.cdc.conftest import Transaction, as_events
+from tests.spark_jobs.sources.cdc.conftest import Transaction, as_events, non_c_collation
 
 T = datetime(2026, 11, 25, tzinfo=UTC)
 SHAPE = TableShape(
@@ -490,6 +490,33 @@ def test_a_chunk_reads_each_value_as_its_output_function_writes_it(
         {"id": 2, "a note": "", "code": None, "ok": False},
         {"id": 3, "a note": 'line\nbreak "quoted", comma', "code": "abcd", "ok": None},
     ]
+
+
+def test_a_key_of_a_domain_with_another_collation_is_chunked_and_refreshed(
+    logical_server, database, tmp_path
+):
+    """A domain's collation and the column's own met in a refresh's ``IN``, which PostgreSQL
+    refused ("could not determine which collation to use"): keys are compared under one
+    collation named in the query, there as in the chunks."""
+    collation = non_c_collation(database)
+    write(
+        database,
+        f'CREATE DOMAIN worded_text AS text COLLATE "{collation}"',
+        'CREATE TABLE domained (k worded_text COLLATE "C" PRIMARY KEY, v int)',
+        "INSERT INTO domained VALUES ('a', 1), ('B', 2), ('c', 3)",
+    )
+    slot = slot_for(logical_server, "domained")
+    reader = ChunkReader(logical_server.url, "domained", slot)
+    try:
+        chunk = reader.next_chunk(None, 2, str(tmp_path / "c.arrow"))
+        refresh = reader.refresh([("c",), ("zz",)], str(tmp_path / "r.arrow"))
+        chunked = read_chunk(chunk.path).column("k").to_pylist()
+    finally:
+        reader.close()
+        slot.drop()
+        slot.close()
+    assert chunked == ["B", "a"]
+    assert (refresh.rows, sorted(refresh.keys)) == (1, [["c"], ["zz"]])
 
 
 def test_a_chunk_of_every_kind_of_value_keeps_the_values_the_changes_left_unchanged():

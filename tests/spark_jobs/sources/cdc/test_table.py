@@ -10,7 +10,7 @@ from sqlalchemy import text
 from spark_jobs.metrics.schema import make_engine
 from spark_jobs.sources.cdc.changes import ChangeStreamError
 from spark_jobs.sources.cdc.connection import describe
-from spark_jobs.sources.cdc.describe import byte_order_advice, describe_table
+from spark_jobs.sources.cdc.describe import byte_order_advice, describe_table, key_order
 from spark_jobs.sources.cdc.table import SUPPORTED, Key, TableColumn, TableError, TableShape
 from tests.spark_jobs.sources.cdc.conftest import non_c_collation
 from tests.support.cdc_types import OUTPUT_SETTINGS, TYPE_COLUMNS, create_types_table, literal
@@ -140,40 +140,72 @@ def test_a_key_type_without_a_chunkable_order_is_refused(database, column, type_
         create(database, "DROP TABLE refused")
 
 
-def test_a_text_key_under_a_language_collation_is_read_in_byte_order(database):
-    """Its chunks compare it COLLATE "C": the key index of its own collation cannot serve
-    that order, so the source names the index that would, and is content once it exists."""
+def sorts(database, shape) -> bool:
+    """Whether the server sorts the table to read it in chunk order, even when told to
+    prefer any index: whether no index serves that order."""
+    with database.connect() as connection:
+        connection.execute(text("SET enable_seqscan = off"))
+        plan = connection.execute(
+            text(f"EXPLAIN SELECT * FROM {shape.name} ORDER BY {key_order(shape)} LIMIT 10")
+        ).scalars()
+        return any("Sort" in line for line in plan)
+
+
+def test_only_a_btree_index_in_the_key_s_byte_order_serves_its_chunks(database):
+    """A key under a language collation is compared in byte order ("C"), which its own key
+    index cannot serve: the source names the index that would, until there is one. A hash
+    index, another direction, a partial index, part of the key or an INCLUDE index that
+    covered nothing (its collations list only its key columns) do not serve it."""
     collation = non_c_collation(database)
     create(
         database,
-        f'CREATE TABLE worded (id int, word text COLLATE "{collation}", PRIMARY KEY (word, id))',
+        f'CREATE TABLE worded (id int, word text COLLATE "{collation}", note text, '
+        "PRIMARY KEY (word, id))",
     )
     shape = describe_table(database, "worded")
-    assert shape.key == ("word", "id")
-    assert byte_order_advice(database, shape) == (
-        'chunks of public.worded are read in key order with text compared COLLATE "C" (byte '
-        "order), which no index of the table has, so each chunk's read sorts the table; for a "
-        "large table, create one: "
-        'CREATE INDEX CONCURRENTLY ON public.worded (word COLLATE "C", id)'
+    advice = (
+        "chunks of public.worded are read in key order with text compared in byte order, "
+        "which no index of the table serves, so each chunk's read sorts the table; for a large "
+        "table, create one: CREATE INDEX CONCURRENTLY ON public.worded "
+        '(word COLLATE pg_catalog."C", id)'
     )
-    create(database, 'CREATE INDEX worded_bytes ON worded (word COLLATE "C", id)')
-    assert byte_order_advice(database, shape) is None
+    assert byte_order_advice(database, shape) == advice and sorts(database, shape)
+    for useless in (
+        'CREATE INDEX ON worded USING hash ((word COLLATE "C"))',
+        'CREATE INDEX ON worded (word COLLATE "C", id DESC)',
+        'CREATE INDEX ON worded (word COLLATE "C", id) WHERE id > 0',
+        "CREATE INDEX ON worded (id) INCLUDE (note)",
+        'CREATE INDEX ON worded (word COLLATE "C")',
+    ):
+        create(database, useless)
+        assert byte_order_advice(database, shape) == advice, useless
+    create(database, 'CREATE INDEX ON worded (word COLLATE "C" DESC, id DESC) INCLUDE (note)')
+    assert byte_order_advice(database, shape) is None and not sorts(database, shape)
 
 
-def test_a_key_index_that_already_orders_by_bytes_needs_no_advice(database):
+def test_keys_whose_own_collation_orders_by_bytes_keep_their_key_index(database):
+    """Declared "C" or "POSIX", or under a database default of C (the test servers'), a
+    key is compared under its own collation, so its key index serves the chunks; a
+    partitioned table's advice makes its index without CONCURRENTLY, which it refuses."""
+    collation = non_c_collation(database)
     create(
         database,
         'CREATE TABLE coded (code char(3) COLLATE "C", day date, PRIMARY KEY (code, day))',
         "CREATE TABLE dated (day date PRIMARY KEY, note text)",
-        # Leading with the key is enough; partial and other-collation indexes are not.
         'CREATE TABLE posix (word text COLLATE "POSIX", n int, PRIMARY KEY (word))',
-        'CREATE INDEX posix_some ON posix (word COLLATE "C") WHERE n > 0',
+        "CREATE TABLE plain (word text PRIMARY KEY)",
+        f'CREATE TABLE parted (word text COLLATE "{collation}" PRIMARY KEY) '
+        "PARTITION BY HASH (word)",
+        "CREATE TABLE parted_0 PARTITION OF parted FOR VALUES WITH (MODULUS 1, REMAINDER 0)",
     )
-    for table, advised in (("coded", False), ("dated", False), ("posix", True)):
+    for table in ("coded", "dated", "posix", "plain"):
         shape = describe_table(database, table)
-        assert (byte_order_advice(database, shape) is not None) == advised, table
-    create(database, 'CREATE INDEX posix_all ON posix (word COLLATE "C", n)')
-    assert byte_order_advice(database, describe_table(database, "posix")) is None
+        assert byte_order_advice(database, shape) is None, table
+        assert not sorts(database, shape), table
+    advice = byte_order_advice(database, describe_table(database, "parted")) or ""
+    assert advice.endswith('CREATE INDEX ON public.parted (word COLLATE pg_catalog."C")')
+    create(database, advice.split(": ", 1)[1])
+    assert byte_order_advice(database, describe_table(database, "parted")) is None
 
 
 def test_a_text_key_under_a_nondeterministic_collation_is_refused(database):
@@ -221,7 +253,7 @@ def test_a_database_whose_default_collation_is_not_c_takes_text_keys_and_names_t
             f"child source 'cdc': {byte_order_advice(engine, describe_table(engine, 'words'))}"
         ]
         assert caplog.messages[0].endswith(
-            'CREATE INDEX CONCURRENTLY ON public.words (word COLLATE "C")'
+            'CREATE INDEX CONCURRENTLY ON public.words (word COLLATE pg_catalog."C")'
         )
     finally:
         engine.dispose()
