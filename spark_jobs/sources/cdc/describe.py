@@ -63,7 +63,7 @@ _RELATION = text(
 _COLUMNS = text(
     "SELECT a.attname, quote_ident(a.attname) AS sql, a.atttypid, a.atttypmod, "
     "format_type(a.atttypid, a.atttypmod) AS type_name, "
-    "CASE WHEN a.attgenerated = 's' THEN pg_get_expr(d.adbin, d.adrelid) END AS generated, "
+    "CASE WHEN a.attgenerated <> '' THEN pg_get_expr(d.adbin, d.adrelid) END AS generated, "
     "(SELECT quote_ident(cn.nspname) || '.' || quote_ident(co.collname) FROM pg_collation co "
     "  JOIN pg_namespace cn ON cn.oid = co.collnamespace WHERE co.oid = a.attcollation) "
     "  AS collation, "
@@ -73,7 +73,7 @@ _COLUMNS = text(
     "  AND dep.refclassid = 'pg_class'::regclass AND dep.refobjid = a.attrelid "
     "  ORDER BY r.attnum) AS generated_from "
     "FROM pg_attribute a LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid "
-    "AND d.adnum = a.attnum AND a.attgenerated = 's' "
+    "AND d.adnum = a.attnum AND a.attgenerated <> '' "
     "WHERE a.attrelid = :oid AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum"
 )
 #: A partitioned table's partitions at every level, and the replica identities of its

@@ -318,7 +318,8 @@ class JobRuns:
 
 
 def _batches(commits: Path) -> int:
-    return sum(1 for _ in commits.glob("[0-9]*")) if commits.is_dir() else 0
+    """The last batch Spark committed (-1: none); not a count, as Spark deletes old ones."""
+    return max((int(p.name) for p in commits.glob("[0-9]*") if p.name.isdigit()), default=-1)
 
 
 def run_job_trial(
