@@ -26,6 +26,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -172,7 +173,7 @@ def run_model_trial(seed: int, servers: Servers, seconds: float = 3.0) -> TrialR
     copy = CdcCopy(servers.source_url, spec.name, target_url, root / "state", chunk_rows, fault)
     workload = Workload(servers.source_url, spec, keys, rng, rng.randint(2, 4), waiting=True)
     publication = default_slot_name(str(root / "state"), SOURCE)
-    shape_change = _shape_change(workload, ddl, publication, rng.uniform(0.2, seconds))
+    shape_change = _shape_change(workload, ddl, publication, rng.uniform(0.2, seconds), _now)
     try:
         copy.step()  # the first start makes the slot, before anything is written
         workload.start()
@@ -322,6 +323,17 @@ def _batches(commits: Path) -> int:
     return max((int(p.name) for p in commits.glob("[0-9]*") if p.name.isdigit()), default=-1)
 
 
+def _now() -> None:
+    """Nothing to wait for."""
+
+
+def _first_commit(commits: Path, timeout_s: float) -> None:
+    """Until Spark has committed a batch, or ``timeout_s`` passed."""
+    deadline = time.monotonic() + timeout_s
+    while _batches(commits) < 0 and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
 def run_job_trial(
     seed: int, servers: Servers, spark_conf: dict[str, str], seconds: float = 6.0
 ) -> TrialResult:
@@ -341,27 +353,37 @@ def run_job_trial(
     runs = JobRuns(command, root)
     workload = Workload(servers.source_url, spec, keys, rng, rng.randint(2, 3), waiting=True)
     publication = default_slot_name(f"{checkpoint}/source", SOURCE)
-    shape_change = _shape_change(workload, ddl, publication, rng.uniform(2, seconds))
+    commits = checkpoint / "spark" / "commits"
+    # When to kill and change the shape, drawn apart: the seed's own draws stay as they
+    # were before they existed, so the seeds kept as tests keep their tables and writes.
+    timing = random.Random(f"{seed}:timing")
+    at_s = rng.uniform(2, seconds)
+    # Mostly at a running query, now and then while the first driver starts.
+    if timing.random() < 0.7:
+        at_s, first = timing.uniform(0, 2), lambda: _first_commit(commits, 120)
+    else:
+        first = _now
+    shape_change = _shape_change(workload, ddl, publication, at_s, first)
     runs.start()
     workload.start()
     if shape_change is not None:
         shape_change.start()
     try:
         deadline = time.monotonic() + seconds
-        commits = checkpoint / "spark" / "commits"
         for _ in range(rng.choice([1, 1, 2])):
+            pause_s = rng.uniform(1.0, max(1.0, deadline - time.monotonic()))
             # Mostly after a commit of this run, now and then while its driver starts.
-            after_commit = rng.random() < 0.8
-            pause_s = rng.uniform(0.0, 2.0) if after_commit else rng.uniform(1.0, 6.0)
-            if after_commit and not runs.next_commit(commits, 120):
-                break
+            if timing.random() < 0.8:
+                pause_s = timing.uniform(0.0, 2.0)
+                if not runs.next_commit(commits, 120):
+                    break
             time.sleep(pause_s)
             if runs.job is not None and runs.job.poll() is not None:
                 break
             runs.kill()
             result.kills += 1
             runs.start()
-            deadline = max(deadline, time.monotonic() + rng.uniform(1.0, 3.0))
+            deadline = max(deadline, time.monotonic() + timing.uniform(1.0, 3.0))
         time.sleep(max(0.0, deadline - time.monotonic()))
     finally:
         _stop(workload, shape_change)
@@ -380,13 +402,19 @@ def run_job_trial(
 
 
 def _shape_change(
-    workload: Workload, ddl: str | None, publication: str, at_s: float
+    workload: Workload,
+    ddl: str | None,
+    publication: str,
+    at_s: float,
+    first: Callable[[], object],
 ) -> threading.Thread | None:
-    """A thread that changes the table's shape (``ddl``) after ``at_s``, once started."""
+    """A thread that changes the table's shape (``ddl``) ``at_s`` after ``first`` returns,
+    once started."""
     if ddl is None:
         return None
 
     def change() -> None:
+        first()
         time.sleep(at_s)
         workload.change_shape(ddl, publication)
 
