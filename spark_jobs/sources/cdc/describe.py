@@ -71,10 +71,24 @@ _COLUMNS = text(
     "  ON r.attrelid = dep.refobjid AND r.attnum = dep.refobjsubid "
     "  WHERE dep.classid = 'pg_attrdef'::regclass AND dep.objid = d.oid "
     "  AND dep.refclassid = 'pg_class'::regclass AND dep.refobjid = a.attrelid "
-    "  ORDER BY r.attnum) AS generated_from "
+    "  AND r.attnum <> a.attnum ORDER BY r.attnum) AS generated_from, "
+    "a.attgenerated = 'v' AS virtual "
     "FROM pg_attribute a LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid "
     "AND d.adnum = a.attnum AND a.attgenerated <> '' "
     "WHERE a.attrelid = :oid AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum"
+)
+#: A generated column that a partition computes by an expression of its own, if any.
+_OTHER_EXPRESSIONS = text(
+    "SELECT quote_ident(n.nspname) || '.' || quote_ident(c.relname) AS partition, a.attname "
+    "FROM pg_partition_tree(:oid) p JOIN pg_class c ON c.oid = p.relid "
+    "JOIN pg_namespace n ON n.oid = c.relnamespace "
+    "JOIN pg_attribute a ON a.attrelid = p.relid AND a.attgenerated <> '' "
+    "JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum "
+    "JOIN pg_attribute ra ON ra.attrelid = :oid AND ra.attname = a.attname "
+    "JOIN pg_attrdef rd ON rd.adrelid = ra.attrelid AND rd.adnum = ra.attnum "
+    "WHERE p.relid <> :oid "
+    "AND pg_get_expr(d.adbin, d.adrelid) <> pg_get_expr(rd.adbin, rd.adrelid) "
+    "LIMIT 1"
 )
 #: A partitioned table's partitions at every level, and the replica identities of its
 #: leaves, where its updates and deletes happen.
@@ -135,6 +149,7 @@ def describe_table(engine: sqlalchemy.Engine, table: str) -> TableShape:
         types = {t.oid: t for t in connection.execute(_TYPES, {"oid": found.oid})}
         key = connection.execute(_KEY, {"oid": found.oid}).all()
         partitions = connection.execute(_PARTITIONS, {"oid": found.oid}).all()
+        generated_by_partitions = connection.execute(_OTHER_EXPRESSIONS, {"oid": found.oid}).first()
     if not key:
         raise TableError(
             f"table {found.name} has no primary key; reading it in chunks needs one "
@@ -157,6 +172,7 @@ def describe_table(engine: sqlalchemy.Engine, table: str) -> TableShape:
     described = tuple(_described(found.name, c, types) for c in columns)
     for column in key:
         _check_key_column(found.name, column, _without_domains(column.atttypid, types))
+    _check_generated(found.name, described, generated_by_partitions)
     key_names = tuple(column.attname for column in key)
     generated_keys = [c.name for c in described if c.generated and c.name in key_names]
     if generated_keys:
@@ -184,6 +200,27 @@ def describe_table(engine: sqlalchemy.Engine, table: str) -> TableShape:
             for c in key
         ),
     )
+
+
+def _check_generated(
+    table: str, columns: tuple[TableColumn, ...], by_partition: sqlalchemy.Row | None
+) -> None:
+    """Refuse generated values the source cannot compute again from a change: one that reads
+    a system column (``tableoid``: no change carries it), one a partition computes by an
+    expression of its own (from PostgreSQL 17; its rows hold the partition's values)."""
+    system = [c.name for c in columns if c.generated and "tableoid" in c.generated_from]
+    if system:
+        raise TableError(
+            f"table {table}: generated column {system[0]!r} reads tableoid, which no change "
+            "carries, so its value could not be computed for one; generate it from the row's "
+            "own columns"
+        )
+    if by_partition is not None:
+        raise TableError(
+            f"table {table}: partition {by_partition.partition} computes generated column "
+            f"{by_partition.attname!r} by another expression than the table's, which changes "
+            "published as the table's would be computed by; give it the table's"
+        )
 
 
 def _check_whole(connection: sqlalchemy.Connection, found: sqlalchemy.Row) -> None:
@@ -234,6 +271,7 @@ def _described(table: str, column: sqlalchemy.Row, types: Mapping[int, Any]) -> 
         column.generated,
         tuple(column.generated_from) if column.generated else (),
         column.collation,
+        column.virtual,
     )
 
 

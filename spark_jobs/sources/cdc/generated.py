@@ -1,11 +1,12 @@
-"""Stored generated columns, whose values no change carries: the source server computes them.
+"""Generated columns, whose values no change carries: the source server computes them.
 
-pgoutput leaves a generated column out of every change (PostgreSQL 18 sends it only where a
-publication asks). Its value is a function of the row's other columns (PostgreSQL requires
-the expression to be immutable), so the server that defined it computes it again from the
-row the change gives, a batch of rows in one statement: the rows' columns as text arrays,
-unnested and cast back to the table's types and collations under the columns' own names,
-and the expressions selected over them (their output text, read as every value is).
+pgoutput leaves a generated column out of every change (PostgreSQL 18 sends a stored one only
+where a publication asks, a virtual one never). Its value is a function of the row's other
+columns (PostgreSQL requires the expression to be immutable), so the server that defined it
+computes it again from the row the change gives, a batch of rows in one statement: the rows'
+columns as text arrays, unnested and cast back to the table's types and collations under the
+columns' own names, and the expressions selected over them, cast to their columns' types
+(their output text, read as every value is).
 
 A row must be whole for that. Where an update left a value unsent (TOASTed, unchanged) that
 an expression reads: if every column the expression reads was left unsent, its value did not
@@ -60,8 +61,11 @@ def compute(table: TableShape, rows: pa.Table, select: Select) -> pa.Table:
         for i, c in enumerate(inputs)
     )
     values = ", ".join(f"v{i}" for i in range(len(inputs)))
+    # Cast to the column's type, as storing it does: the expression's own type may differ
+    # (``a / 3.0`` into numeric(6, 1), a text into char(4)).
     expressions = ", ".join(
-        f"CASE WHEN ({c.generated}) IS NULL THEN NULL ELSE format('%s', ({c.generated})) END"
+        f"CASE WHEN ({c.generated}) IS NULL THEN NULL "
+        f"ELSE format('%s', CAST(({c.generated}) AS {c.type_name})) END"
         for c in generated
     )
     found = select(

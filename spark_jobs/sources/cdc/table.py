@@ -181,6 +181,8 @@ class TableColumn:
     #: The column's collation, qualified and quoted, where its type has one: what its
     #: values compare and case-map by (an expression over them, say).
     collation: str | None = None
+    #: A virtual generated column (PostgreSQL 18): computed when read, never sent.
+    virtual: bool = False
 
     @property
     def kind(self) -> ColumnType:
@@ -267,10 +269,12 @@ class TableShape:
             (c.name, c.type_oid, c.type_modifier, identity == "f" or c.name in self.key)
             for c in self.columns
         ]
-        # pgoutput leaves generated columns out (before PostgreSQL 18, and after it unless
-        # the publication sets publish_generated_columns).
+        # pgoutput leaves generated columns out: before PostgreSQL 18 all, after it the
+        # stored ones unless the publication sets publish_generated_columns, virtual ones
+        # always.
         published = [e for e, c in zip(expected, self.columns, strict=True) if not c.generated]
-        if found in (expected, published) and relation.replica_identity == identity:
+        stored = [e for e, c in zip(expected, self.columns, strict=True) if not c.virtual]
+        if found in (expected, published, stored) and relation.replica_identity == identity:
             return
         expected = published if len(found) == len(published) else expected
         if relation.replica_identity != identity:

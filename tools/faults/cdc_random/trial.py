@@ -327,10 +327,13 @@ def _now() -> None:
     """Nothing to wait for."""
 
 
-def _first_commit(commits: Path, timeout_s: float) -> None:
-    """Until Spark has committed a batch, or ``timeout_s`` passed."""
+def _first_commit(commits: Path, runs: JobRuns, timeout_s: float) -> None:
+    """Until Spark has committed a batch, the job has ended (failed before its first, say),
+    or ``timeout_s`` passed."""
     deadline = time.monotonic() + timeout_s
     while _batches(commits) < 0 and time.monotonic() < deadline:
+        if runs.job is not None and runs.job.poll() is not None:
+            return
         time.sleep(0.1)
 
 
@@ -360,7 +363,7 @@ def run_job_trial(
     at_s = rng.uniform(2, seconds)
     # Mostly at a running query, now and then while the first driver starts.
     if timing.random() < 0.7:
-        at_s, first = timing.uniform(0, 2), lambda: _first_commit(commits, 120)
+        at_s, first = timing.uniform(0, 2), lambda: _first_commit(commits, runs, 120)
     else:
         first = _now
     shape_change = _shape_change(workload, ddl, publication, at_s, first)

@@ -5,6 +5,7 @@ import logging
 import re
 
 import pytest
+import sqlalchemy
 from sqlalchemy import text
 
 from spark_jobs.metrics.schema import make_engine
@@ -206,6 +207,57 @@ def test_keys_whose_own_collation_orders_by_bytes_keep_their_key_index(database)
     assert advice.endswith('CREATE INDEX ON public.parted (word COLLATE pg_catalog."C")')
     create(database, advice.split(": ", 1)[1])
     assert byte_order_advice(database, describe_table(database, "parted")) is None
+
+
+def test_a_generated_column_reads_the_columns_its_expression_names(database):
+    """Not itself too: its default's dependency on its own column was counted, so a value
+    whose inputs were all left unsent never stood and every such update read its row again."""
+    create(
+        database,
+        "CREATE TABLE measured (id int PRIMARY KEY, body text, title text, "
+        "body_length int GENERATED ALWAYS AS (length(body)) STORED, "
+        "headline text GENERATED ALWAYS AS (title || left(body, 3)) STORED)",
+    )
+    found = {c.name: c.generated_from for c in describe_table(database, "measured").columns}
+    assert (found["body_length"], found["headline"]) == (("body",), ("body", "title"))
+
+
+def test_a_generated_column_that_reads_tableoid_is_refused(database):
+    create(
+        database,
+        "CREATE TABLE located (id int PRIMARY KEY, "
+        "place bigint GENERATED ALWAYS AS (tableoid::bigint) STORED)",
+    )
+    with pytest.raises(
+        TableError,
+        match=r"table public.located: generated column 'place' reads tableoid, which no change "
+        r"carries",
+    ):
+        describe_table(database, "located")
+
+
+def test_a_partition_that_generates_a_column_otherwise_is_refused(database):
+    """From PostgreSQL 17 a partition may compute a generated column by its own expression:
+    its rows hold the partition's values, and a change computed by the table's would not."""
+    create(
+        database,
+        "CREATE TABLE tripled (id int PRIMARY KEY, a int, "
+        "g int GENERATED ALWAYS AS (a * 2) STORED) PARTITION BY RANGE (id)",
+        "CREATE TABLE tripled_low (id int NOT NULL, a int, "
+        "g int GENERATED ALWAYS AS (a * 3) STORED)",
+    )
+    try:
+        create(
+            database, "ALTER TABLE tripled ATTACH PARTITION tripled_low FOR VALUES FROM (0) TO (10)"
+        )
+    except sqlalchemy.exc.DBAPIError:
+        pytest.skip("before PostgreSQL 17 a partition takes its table's expression")
+    with pytest.raises(
+        TableError,
+        match=r"table public.tripled: partition public.tripled_low computes generated column "
+        r"'g' by another expression",
+    ):
+        describe_table(database, "tripled")
 
 
 def test_a_text_key_under_a_nondeterministic_collation_is_refused(database):
