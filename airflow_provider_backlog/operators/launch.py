@@ -238,6 +238,7 @@ class BacklogLaunchOperator(BaseOperator):
             "driver_log": str(driver.log_path),
         }
         if self.detach:
+            self._raise_if_killed(f"while run {run_id} started")
             self.log.info("job %s runs on; driver log: %s", self.job_name, driver.log_path)
             return result
         for line in driver.follow():
@@ -256,8 +257,9 @@ class BacklogLaunchOperator(BaseOperator):
         deadline = time.monotonic() + self.startup_timeout.total_seconds()
         metrics = self.metrics
         while True:
-            self._raise_if_killed(f"while run {run_id} started")
             start = metrics.run_start(self.job_name, run_id)
+            # After the read: on_kill may have ended the run while it found the checkpoint.
+            self._raise_if_killed(f"while run {run_id} started")
             if start is not None:
                 return start
             if driver.failed:

@@ -78,20 +78,25 @@ def test_the_file_source_switches_its_trigger_at_the_transition(spark, tmp_path)
         runtime.close()
 
     # Back to back with a files-per-trigger limit in backlog, then one batch per interval.
+    # On a loaded machine the files written during a restart to the live trigger may pass
+    # the threshold again: the job then goes back to backlog, as it should, and each phase
+    # still starts with its own trigger.
     starts = runtime.started_with
     modes = [(s.settings.is_backlog, s.settings.processing_time_s) for s in starts]
     assert modes[0] == (True, 0.0) and modes[-1] == (False, 1.0)
-    assert modes.count((False, 1.0)) == 1
+    assert set(modes) == {(True, 0.0), (False, 1.0)}
     assert starts[0].settings.source_options == {"maxFilesPerTrigger": "10"}
+    assert all(
+        "maxFilesPerTrigger" in s.settings.source_options for s in starts if s.settings.is_backlog
+    )
 
     rows = checkpoints(dirs)
-    backlog = [r for r in rows if r["is_backlog"]]
     live = [r for r in rows if not r["is_backlog"]]
-    assert [r["is_backlog"] for r in rows] == [True] * len(backlog) + [False] * len(live)
-    first, transition = transitions(dirs)
-    assert first["is_backlog"] and first["reason"].startswith(
-        "pending-files: files is in backlog ("
-    )
+    changes = transitions(dirs)
+    assert [c["is_backlog"] for c in changes] == [i % 2 == 0 for i in range(len(changes))]
+    assert rows[0]["is_backlog"] and not rows[-1]["is_backlog"]
+    first, transition = changes[:2]
+    assert first["reason"].startswith("pending-files: files is in backlog (")
     assert transition["reason"].startswith("pending-files: files is live (")
     # The status turns live before the restart gives the query its live trigger.
     live_trigger = [r for r in live if r["committed_at"].timestamp() > starts[-1].at]

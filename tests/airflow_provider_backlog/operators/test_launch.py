@@ -110,6 +110,21 @@ def test_killing_the_task_ends_the_driver_tree_at_once_and_releases_its_lease(co
     leases.close()
 
 
+def test_a_kill_while_the_first_checkpoint_is_read_fails_the_task(connected, monkeypatch):
+    """on_kill runs from a signal handler, which may land while the launch reads the first
+    checkpoint: the read found it, and the task reported success for the run on_kill had
+    just ended (a DAG test under load then waited for its live phase forever)."""
+    operator = launch()
+
+    def found_while_killed(self, job_name, run_id):
+        operator.on_kill()
+        return object()
+
+    monkeypatch.setattr(BacklogMetricsHook, "run_start", found_while_killed)
+    with pytest.raises(AirflowException, match=r"^the task was killed while run r1 started"):
+        operator._await_start("r1", None)  # type: ignore[arg-type]
+
+
 def test_in_cluster_mode_killing_the_task_asks_the_cluster_and_keeps_the_lease(
     connected, tmp_path, monkeypatch
 ):
