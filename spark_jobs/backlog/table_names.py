@@ -10,6 +10,7 @@ to them already quoted.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 
 class TableNameError(ValueError):
@@ -59,6 +60,18 @@ def as_part(part: str) -> str:
 def qualified(name: str, quote: Callable[[str], str]) -> str:
     """``name`` for SQL, each part quoted by ``quote`` (a dialect's identifier quoting)."""
     return ".".join(quote(part) for part in split_table_name(name))
+
+
+def text_quoting(preparer: Any) -> Callable[[str], str]:
+    """A dialect's quoting of a name (``preparer``: its ``identifier_preparer``) for SQL that
+    SQLAlchemy renders itself (``text()``) or that goes as a bound value: in quotes where the
+    dialect needs them, a '%' left single. The preparer's own ``quote`` doubles a '%' for
+    drivers that take it for a placeholder, as ``text()`` then does again."""
+
+    def quote(part: str) -> str:
+        return part if preparer.quote(part) == part else '"' + part.replace('"', '""') + '"'
+
+    return quote
 
 
 def _error(name: str, rule: str) -> TableNameError:

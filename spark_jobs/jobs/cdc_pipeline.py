@@ -246,6 +246,8 @@ def run_query(args: argparse.Namespace, sink: MergeSink) -> None:
         try:
             spark.conf.set("spark.sql.shuffle.partitions", str(args.shuffle_partitions))
             spark.conf.set("spark.sql.session.timeZone", "UTC")
+            # Column names as PostgreSQL has them: "Name" and name are two columns.
+            spark.conf.set("spark.sql.caseSensitive", "true")
             # Parquet's own UTC timestamps, not Spark's legacy INT96, which other readers
             # (pyarrow, pandas) take for local times without a zone; dates and times as
             # they are (proleptic Gregorian, as PostgreSQL's), BC and all.

@@ -419,7 +419,9 @@ def make_engine(url: str) -> sqlalchemy.Engine:
     PostgreSQL: connections are checked before use, connecting gives up after 5 s, a statement
     after ``STATEMENT_TIMEOUT_S``, and TCP keepalives with a user timeout end a half-open
     connection within about a minute, so no reader or writer can hang on one for days; a URL
-    without a driver uses whichever of psycopg and psycopg2 is installed.
+    without a driver uses whichever of psycopg and psycopg2 is installed. Connections speak
+    UTF-8 whatever the database or role sets as ``client_encoding``: what is sent in bulk
+    (``COPY`` of CSV that Arrow wrote) is UTF-8.
     """
     parsed = make_url(url)
     backend = parsed.get_backend_name()
@@ -445,6 +447,7 @@ def make_engine(url: str) -> sqlalchemy.Engine:
         if parsed.get_driver_name() in ("psycopg2", "psycopg"):
             connect_args = {
                 "connect_timeout": 5,
+                "client_encoding": "utf8",
                 "options": f"-c statement_timeout={STATEMENT_TIMEOUT_S * 1000}",
                 "keepalives": 1,
                 "keepalives_idle": 30,

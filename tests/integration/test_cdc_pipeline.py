@@ -241,7 +241,9 @@ def test_snapshot_as_backlog_then_live_merged_into_a_copy_until_a_truncate(serve
     """One run with --target (a table in the same database) while the writer changes the
     table during the snapshot: the snapshot's batches are backlog and the changelog's live,
     with one transition and each phase's interval; the copy equals the table, a TOASTed value
-    kept through a primary-key update included; the slot's health is in the metrics; the slot
+    kept through a primary-key update included, and a column "Note" beside note (names that
+    differ only by case: Spark is case-insensitive unless told); the slot's health is in the
+    metrics; the slot
     never passes the last commit; a TRUNCATE fails the query by name; teardown leaves nothing
     and says what the target keeps. (The raw stream's per-key check runs with the kills
     below: one launch fewer.)"""
@@ -250,6 +252,8 @@ def test_snapshot_as_backlog_then_live_merged_into_a_copy_until_a_truncate(serve
     # below) leaves them unchanged ('u').
     execute(server, f"ALTER TABLE {accounts} ALTER COLUMN note SET STORAGE EXTERNAL")
     execute(server, f"UPDATE {accounts} SET note = repeat(md5(id::text), 300) WHERE id % 50 = 7")
+    execute(server, f'ALTER TABLE {accounts} ADD COLUMN "Note" text')
+    execute(server, f"UPDATE {accounts} SET \"Note\" = 'N' || id WHERE id % 3 = 0")
     writer = ChangeWriter(server.url, accounts, transactions_per_s=40, seed=1).start()
     watch = SlotWatch(server, dirs)
     job = start_job(
@@ -286,6 +290,8 @@ def test_snapshot_as_backlog_then_live_merged_into_a_copy_until_a_truncate(serve
         source = table_rows(server.url, accounts)
         assert len(source[moved].note) == 9600
         wait_for(lambda: table_rows(server.url, copy) == source, "the copy to match", 60, job)
+        by_case = 'SELECT id, "Note" FROM {} ORDER BY id'
+        assert _query(server, by_case.format(copy)) == _query(server, by_case.format(accounts))
         watch.stop()
         watch.check()
         assert not watch.violations, watch.violations

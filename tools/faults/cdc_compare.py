@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import sqlalchemy as sa
 
-from spark_jobs.backlog.table_names import qualified
+from spark_jobs.backlog.table_names import qualified, text_quoting
 from spark_jobs.metrics.schema import make_engine
 from spark_jobs.sources.cdc.table import TableColumn, TableShape
 
@@ -42,7 +42,7 @@ def output_text(sql: str) -> str:
 def postgres_rows(url: str, table: str, shape: TableShape) -> Rows:
     """``table``'s rows by key, each value as its output text, in ``shape``'s column order."""
     engine = make_engine(url)
-    quote = engine.dialect.identifier_preparer.quote
+    quote = text_quoting(engine.dialect.identifier_preparer)
     try:
         with engine.connect() as connection:
             for setting in OUTPUT_SETTINGS:

@@ -37,7 +37,8 @@ records = Table(
 
 
 class MergeRefused(RuntimeError):
-    """A batch of one query into a table another query merged into."""
+    """A merge the target cannot take: a batch of one query into a table another query
+    merged into, or a table the target's database cannot hold."""
 
 
 @dataclass(frozen=True)

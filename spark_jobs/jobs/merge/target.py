@@ -22,10 +22,11 @@ import sqlalchemy
 
 from spark_jobs.backlog.outage import Outage
 from spark_jobs.backlog.secrets import redact_text
-from spark_jobs.backlog.table_names import qualified
+from spark_jobs.backlog.table_names import qualified, text_quoting
 from spark_jobs.backlog.values import format_duration
 from spark_jobs.jobs.merge.apply import apply
 from spark_jobs.jobs.merge.record import (
+    MergeRefused,
     Record,
     Verdict,
     create_records,
@@ -48,6 +49,19 @@ _SQLITE_TYPES |= {701: "REAL", 17: "BLOB"}
 _RETRY_PAUSE_S = 0.5
 
 
+def _check_sqlite_names(table: str, shape: TableShape) -> None:
+    """Refuse columns SQLite cannot tell apart: its names ignore case (ASCII letters)."""
+    seen: dict[str, str] = {}
+    for column in shape.columns:
+        other = seen.setdefault(column.name.lower(), column.name)
+        if other != column.name:
+            raise MergeRefused(
+                f"{shape.name}: columns {other!r} and {column.name!r} differ only by case, "
+                f"which SQLite's column names do not tell apart, so table {table!r} could "
+                "not hold both; copy it into PostgreSQL"
+            )
+
+
 class MergeTarget:
     """``table`` of the database at ``url``, fed batches of ``shape``'s changes."""
 
@@ -55,6 +69,8 @@ class MergeTarget:
         self.engine = make_engine(url)
         self.where = redact_text(url)
         self.table, self.shape = table, shape
+        if self.engine.dialect.name == "sqlite":
+            _check_sqlite_names(table, shape)
         self.layout = Layout.of(shape)
         self.outage_timeout_s = outage_timeout_s
         self._created = False
@@ -110,7 +126,10 @@ class MergeTarget:
         self._create()
         with self.engine.begin() as connection:
             if connection.dialect.name == "postgresql":
+                # Values arrive as text: an array's NULL element reads as NULL whatever the
+                # database or role sets.
                 connection.exec_driver_sql("SET LOCAL statement_timeout = 0")
+                connection.exec_driver_sql("SET LOCAL array_nulls = on")
             found = read_record(connection, self.table)
             verdict = judge(found, query_id, batch_id, start_over, self.table, checkpoint)
             if verdict is Verdict.SKIP:
@@ -149,11 +168,12 @@ class MergeTarget:
                 "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
                 "WHERE attrelid = to_regclass(:table) AND attnum > 0 AND NOT attisdropped"
             ),
-            {"table": self._quoted(connection)},
+            {"table": qualified(self.table, text_quoting(connection.dialect.identifier_preparer))},
         )
         return dict(found.all())
 
     def _quoted(self, connection: sqlalchemy.Connection) -> str:
+        """The table's name for statements the driver renders (``exec_driver_sql``)."""
         quote = connection.dialect.identifier_preparer.quote
         return qualified(self.table, quote)
 

@@ -22,8 +22,15 @@ def _psycopg3(dbapi: Any) -> bool:
     return type(dbapi).__module__.split(".")[0] == "psycopg"
 
 
+def as_literal(sql: str) -> str:
+    """``sql`` (names, types) as part of a query ``copy_out`` renders: each '%' doubled, so
+    that the driver, which takes a '%' for the start of a placeholder, leaves it as it is."""
+    return sql.replace("%", "%%")
+
+
 def copy_out(connection: sqlalchemy.Connection, query: str, values: list[Any]) -> bytes:
-    """The CSV of ``COPY (query) TO STDOUT``, ``query``'s ``%s`` bound to ``values``."""
+    """The CSV of ``COPY (query) TO STDOUT``, ``query``'s ``%s`` bound to ``values`` (its
+    other '%' doubled: ``as_literal``)."""
     dbapi = _dbapi(connection)
     if _psycopg3(dbapi):
         import psycopg

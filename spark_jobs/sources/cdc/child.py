@@ -423,7 +423,7 @@ class PostgresCdcChild(ChildSource):
         index, rows = _refreshes(start), 0
         start_lsn, end_lsn = parse_lsn(start["lsn"]), parse_lsn(end["lsn"])
         # Moves are counted on the server; generated values read from unsent ones are not.
-        decoded = bool(self.shape.generated_columns) and self.shape.replica_identity == "d"
+        decoded = bool(self.shape.generated_columns) and not self.shape.sends_whole_rows
         for round_ in range(REFRESHES_PER_BATCH):
             if not (changelog.moves or decoded):
                 break

@@ -18,9 +18,14 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from spark_jobs.backlog.secrets import redact_text
-from spark_jobs.metrics.schema import installed_postgres_driver, with_password
+from spark_jobs.metrics.schema import with_password
 from spark_jobs.sources.cdc.describe import byte_order_advice, describe_table
-from spark_jobs.sources.cdc.slot import ReplicationSlot, SlotError, check_logical_decoding
+from spark_jobs.sources.cdc.slot import (
+    ReplicationSlot,
+    SlotError,
+    check_logical_decoding,
+    source_engine,
+)
 from spark_jobs.sources.cdc.table import TableError, TableShape
 from spark_jobs.sources.children import ChildSpecError
 from spark_jobs.sources.file_reading import check_types
@@ -97,7 +102,7 @@ def checked_table(child: str, url: str, table: str) -> TableShape:
 
 
 def describe(child: str, url: str, table: str) -> TableShape:
-    engine = sqlalchemy.create_engine(installed_postgres_driver(make_url(url)))
+    engine = source_engine(url)
     try:
         shape = describe_table(engine, table)
         advice = byte_order_advice(engine, shape)

@@ -33,7 +33,7 @@ import sqlalchemy
 from sqlalchemy import text
 
 from spark_jobs.backlog.secrets import redact_text
-from spark_jobs.backlog.table_names import qualified
+from spark_jobs.backlog.table_names import qualified, text_quoting
 from spark_jobs.sources.cdc.table import (
     _IDENTITIES,
     ALLOWED,
@@ -56,7 +56,7 @@ _RELATION = text(
     "(SELECT i.inhparent::regclass::text FROM pg_inherits i WHERE i.inhrelid = c.oid) "
     "  AS parent, c.relispartition, "
     "(SELECT i.inhrelid::regclass::text FROM pg_inherits i WHERE i.inhparent = c.oid "
-    "  AND c.relkind = 'r' LIMIT 1) AS child, c.relrowsecurity "
+    "  AND c.relkind = 'r' LIMIT 1) AS child, c.relrowsecurity, c.relpersistence "
     "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
     "WHERE c.oid = to_regclass(:name)"
 )
@@ -93,7 +93,8 @@ _OTHER_EXPRESSIONS = text(
 #: A partitioned table's partitions at every level, and the replica identities of its
 #: leaves, where its updates and deletes happen.
 _PARTITIONS = text(
-    "SELECT p.relid::oid AS oid, p.relid::regclass::text AS name, p.isleaf, c.relreplident "
+    "SELECT p.relid::oid AS oid, p.relid::regclass::text AS name, p.isleaf, c.relreplident, "
+    "c.relpersistence "
     "FROM pg_partition_tree(:oid) p JOIN pg_class c ON c.oid = p.relid "
     "WHERE p.relid <> :oid ORDER BY p.relid::oid"
 )
@@ -128,7 +129,9 @@ _KEY = text(
     "    IN ('C', 'POSIX') THEN a.attcollation ELSE 950 END AS oid) o "
     "LEFT JOIN pg_collation oc ON oc.oid = o.oid "
     "LEFT JOIN pg_namespace ocn ON ocn.oid = oc.collnamespace "
-    "WHERE i.indrelid = :oid AND i.indisprimary ORDER BY k.position"
+    # The key's own columns, not those it INCLUDEs.
+    "WHERE i.indrelid = :oid AND i.indisprimary AND k.position <= i.indnkeyatts "
+    "ORDER BY k.position"
 )
 
 
@@ -136,7 +139,7 @@ def describe_table(engine: sqlalchemy.Engine, table: str) -> TableShape:
     """The columns and primary key of ``table`` (``name`` or ``schema.name``, each part as
     written: ``Orders`` is not ``orders``); TableError if the source cannot copy it."""
     where = redact_text(engine.url.render_as_string(hide_password=False))
-    quote = engine.dialect.identifier_preparer.quote
+    quote = text_quoting(engine.dialect.identifier_preparer)
     with engine.connect() as connection:
         found = connection.execute(_RELATION, {"name": qualified(table, quote)}).first()
         if found is None or found.relkind not in ("r", "p"):
@@ -180,6 +183,13 @@ def describe_table(engine: sqlalchemy.Engine, table: str) -> TableShape:
             f"table {found.name}: primary-key column {generated_keys[0]!r} is generated, and "
             "pgoutput sends no value for a generated column, so no change would name its row's "
             "key; key the table on the columns it is generated from"
+        )
+    unlogged = [p.name for p in (found, *partitions) if p.relpersistence != "p"]
+    if unlogged:
+        raise TableError(
+            f"table {found.name}: {'' if unlogged[0] == found.name else 'partition '}"
+            f"{unlogged[0]} is UNLOGGED (or temporary), so its changes are not written to the "
+            "WAL and none would reach the copy: make it logged (ALTER TABLE ... SET LOGGED)"
         )
     other = [p.name for p in partitions if p.isleaf and p.relreplident != found.relreplident]
     if other:

@@ -37,7 +37,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
 from spark_jobs.backlog.secrets import redact_text
-from spark_jobs.backlog.table_names import qualified
+from spark_jobs.backlog.table_names import qualified, text_quoting
 from spark_jobs.metrics.schema import installed_postgres_driver
 from spark_jobs.sources.cdc.lsn import format_lsn, parse_lsn
 from spark_jobs.sources.cdc.summary import OPTIONS, SUMMARY, BatchSummary
@@ -59,12 +59,15 @@ _OBJECT_IN_USE = "55006"
 #: into statements and options without quoting.
 _NAME = re.compile(r"[a-z0-9_]{1,63}")
 #: What every connection that decodes or reads rows sets first: the text of dates, times,
-#: bytea and floats in the form ``values.py`` reads; and no row security, so that a read
-#: that a policy would filter fails instead (the slot decodes every row's changes).
+#: bytea and floats in the form ``values.py`` reads; arrays' NULL elements read back as NULL
+#: (generated values are computed from values' text); and no row security, so that a read
+#: that a policy would filter fails instead (the slot decodes every row's changes). A
+#: database or role may set any of them otherwise.
 SESSION_SETTINGS = text(
     "SELECT set_config('DateStyle', 'ISO', false), set_config('TimeZone', 'UTC', false), "
     "set_config('bytea_output', 'hex', false), set_config('extra_float_digits', '1', false), "
-    "set_config('IntervalStyle', 'postgres', false), set_config('row_security', 'off', false)"
+    "set_config('IntervalStyle', 'postgres', false), set_config('row_security', 'off', false), "
+    "set_config('array_nulls', 'on', false)"
 )
 _PEEK = text(
     "SELECT lsn::text AS lsn, xid::text::bigint AS xid, data "
@@ -74,6 +77,18 @@ _PEEK = text(
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
+
+
+def source_engine(url: str, **options: Any) -> sqlalchemy.Engine:
+    """An engine on the source whose connections speak UTF-8 whatever the database or role
+    sets as ``client_encoding``: the snapshot hands COPY's bytes to Arrow as UTF-8, as the
+    changes come in the database's own encoding, which must be UTF8. (Set when connecting,
+    so the driver decodes in the encoding the server sends.)"""
+    return sqlalchemy.create_engine(
+        installed_postgres_driver(make_url(url)),
+        connect_args={"client_encoding": "utf8"},
+        **options,
+    )
 
 
 def check_name(what: str, name: str) -> None:
@@ -86,7 +101,7 @@ def check_name(what: str, name: str) -> None:
 
 def check_logical_decoding(url: str) -> None:
     """Refuse a server that cannot decode changes, before anything is created on it."""
-    engine = sqlalchemy.create_engine(installed_postgres_driver(make_url(url)))
+    engine = source_engine(url)
     try:
         with engine.connect() as connection:
             _check_wal_level(connection, redact_text(url))
@@ -208,11 +223,7 @@ class ReplicationSlot:
         self.where = redact_text(url)
         # A URL without a driver: whichever of psycopg and psycopg2 is installed, as the
         # metrics database's. No statement timeout: creating a slot waits for transactions.
-        self._engine = sqlalchemy.create_engine(
-            installed_postgres_driver(make_url(url)),
-            isolation_level="AUTOCOMMIT",
-            pool_pre_ping=True,
-        )
+        self._engine = source_engine(url, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
 
     def ensure(self) -> None:
         """Check that the server can decode, then create the publication and the slot if
@@ -499,8 +510,7 @@ class ReplicationSlot:
 
     def _table(self) -> str:
         """``table`` or ``schema.table``, each part quoted as PostgreSQL needs."""
-        quote = self._engine.dialect.identifier_preparer.quote
-        return qualified(self.table, quote)
+        return qualified(self.table, text_quoting(self._engine.dialect.identifier_preparer))
 
     def _bounds(self, upto_lsn: int | None, upto_nchanges: int | None) -> dict[str, Any]:
         if upto_nchanges is not None and upto_nchanges < 1:

@@ -48,18 +48,21 @@ import pyarrow as pa
 import pyarrow.csv as pa_csv
 import sqlalchemy
 from sqlalchemy import text
-from sqlalchemy.engine import make_url
 
-from spark_jobs.metrics.schema import installed_postgres_driver
 from spark_jobs.sources.cdc import generated
-from spark_jobs.sources.cdc.bulk import copy_out
+from spark_jobs.sources.cdc.bulk import as_literal, copy_out
 from spark_jobs.sources.cdc.catalog import CatalogState
 from spark_jobs.sources.cdc.changes import Event, RelationCache, RowChange, events
 from spark_jobs.sources.cdc.describe import describe_table, key_order
 from spark_jobs.sources.cdc.lsn import format_lsn, parse_lsn
 from spark_jobs.sources.cdc.messages import UNCHANGED, Begin, Commit, Truncate
 from spark_jobs.sources.cdc.pgoutput import decode
-from spark_jobs.sources.cdc.slot import SESSION_SETTINGS, ReplicationSlot, SlotError
+from spark_jobs.sources.cdc.slot import (
+    SESSION_SETTINGS,
+    ReplicationSlot,
+    SlotError,
+    source_engine,
+)
 from spark_jobs.sources.cdc.table import Key, Row, TableShape, ValueNotAtHand
 from spark_jobs.storage.files import create_file, filesystem, resolve_uri
 
@@ -302,6 +305,10 @@ def read_chunk(path: str) -> pa.Table:
         return pa.ipc.open_file(handle).read_all()
 
 
+#: The largest block Arrow's CSV reader takes.
+_MAX_BLOCK = 2**31 - 1
+
+
 def _no_pause(step: str) -> None:
     """Nothing to do between the steps of a chunk's read."""
 
@@ -311,11 +318,7 @@ class ChunkReader:
     was described when the copy began (a ``TableShape``), or as it is now (its name)."""
 
     def __init__(self, url: str, table: str | TableShape, slot: ReplicationSlot):
-        self._engine = sqlalchemy.create_engine(
-            installed_postgres_driver(make_url(url)),
-            isolation_level="REPEATABLE READ",
-            pool_pre_ping=True,
-        )
+        self._engine = source_engine(url, isolation_level="REPEATABLE READ", pool_pre_ping=True)
         self._name = table.name if isinstance(table, TableShape) else table
         self.table = table if isinstance(table, TableShape) else self.describe()
         self._slot = slot
@@ -344,8 +347,8 @@ class ChunkReader:
         after = None if after_key is None else self.table.typed_key(after_key)
         bounds: tuple[str, list[Any]] = ("", [])
         if after is not None:
-            casts = ", ".join(f"CAST(%s AS {c.type_name})" for c in self.table.key_columns)
-            bounds = (f"WHERE ({self._key_order}) > ({casts}) ", self.table.json_key(after) or [])
+            where = f"WHERE ({self._key_order}) > ({self._key_values}) "
+            bounds = (where, self.table.json_key(after) or [])
 
         def keys_of(read: pa.Table) -> KeyRange:
             last = None
@@ -373,13 +376,20 @@ class ChunkReader:
 
     def _where_keys(self, keys: Collection[Key]) -> tuple[str, list[Any]]:
         """The condition (with its values) that selects the rows of ``keys``."""
-        casts = ", ".join(f"CAST(%s AS {c.type_name})" for c in self.table.key_columns)
-        where = f"WHERE ({self._key_order}) IN ({', '.join([f'({casts})'] * len(keys))}) "
+        where = (
+            f"WHERE ({self._key_order}) IN ({', '.join([f'({self._key_values})'] * len(keys))}) "
+        )
         return where, [v for key in keys for v in self.table.json_key(key) or []]
 
     @cached_property
     def _key_order(self) -> str:
-        return key_order(self.table, "t.")
+        """The key's order, as ``copy_out`` renders it (names may hold a '%')."""
+        return as_literal(key_order(self.table, "t."))
+
+    @cached_property
+    def _key_values(self) -> str:
+        """Placeholders for one key's values, each cast to its column's type."""
+        return ", ".join(f"CAST(%s AS {as_literal(c.type_name)})" for c in self.table.key_columns)
 
     def _image(
         self,
@@ -467,10 +477,8 @@ class ChunkReader:
         a constant, which Arrow drops: it takes a byte-order mark that starts its input for
         no value, and would strip a U+FEFF that starts the first row's first value."""
         columns = self.table.columns
-        query = (
-            f"SELECT 0, {', '.join(f't.{c.sql}' for c in columns)} FROM {self.table.name} t "
-            f"{where}ORDER BY {self._key_order}"
-        )
+        selected = as_literal(f"SELECT 0, {', '.join(f't.{c.sql}' for c in columns)} FROM ")
+        query = f"{selected}{as_literal(self.table.name)} t {where}ORDER BY {self._key_order}"
         if limit is not None:
             query, values = f"{query} LIMIT %s", [*values, limit]
         buffer = copy_out(connection, query, values)
@@ -479,7 +487,11 @@ class ChunkReader:
             return self.table.typed_table(pa.table({n: pa.array([], pa.string()) for n in names}))
         found = pa_csv.read_csv(
             io.BytesIO(buffer),
-            read_options=pa_csv.ReadOptions(column_names=["lead", *names]),
+            # One block: a row may be larger than Arrow's 1 MiB default, which it cannot
+            # read across more than two blocks.
+            read_options=pa_csv.ReadOptions(
+                column_names=["lead", *names], block_size=min(len(buffer) + 1, _MAX_BLOCK)
+            ),
             parse_options=pa_csv.ParseOptions(newlines_in_values=True),
             convert_options=pa_csv.ConvertOptions(
                 include_columns=names,

@@ -217,7 +217,8 @@ class TableShape:
     columns: tuple[TableColumn, ...]
     #: The primary key's column names, in the key's order.
     key: tuple[str, ...]
-    #: ``relreplident``: 'd' (the primary key) or 'f' (the whole row).
+    #: ``relreplident``: 'd' (the primary key), 'i' (the primary key's own index, which the
+    #: server treats as 'd') or 'f' (the whole row).
     replica_identity: str = "d"
     #: A partitioned table's partitions (OIDs, at every level): its changes are published as
     #: the root's (``publish_via_partition_root``), its truncates name the partitions.
@@ -237,6 +238,12 @@ class TableShape:
             "replica_identity": self.replica_identity,
             "partitions": list(self.partitions),
         }
+
+    @property
+    def sends_whole_rows(self) -> bool:
+        """Whether an update sends the old row whole (REPLICA IDENTITY FULL); else only its
+        key, and a large value it leaves unchanged is not sent at all."""
+        return self.replica_identity == "f"
 
     @property
     def generated_columns(self) -> tuple[TableColumn, ...]:
@@ -266,7 +273,7 @@ class TableShape:
         found = [(c.name, c.type_oid, c.type_modifier, c.is_key) for c in relation.columns]
         identity = self.replica_identity
         expected = [
-            (c.name, c.type_oid, c.type_modifier, identity == "f" or c.name in self.key)
+            (c.name, c.type_oid, c.type_modifier, self.sends_whole_rows or c.name in self.key)
             for c in self.columns
         ]
         # pgoutput leaves generated columns out: before PostgreSQL 18 all, after it the

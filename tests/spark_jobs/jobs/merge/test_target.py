@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
+import sqlalchemy as sa
 
 from spark_jobs.jobs.merge import apply as apply_module
 from spark_jobs.jobs.merge.apply import MergeError
 from spark_jobs.jobs.merge.record import MergeRefused, Verdict
-from tests.spark_jobs.jobs.merge.conftest import Target, change
+from spark_jobs.jobs.merge.target import MergeTarget
+from spark_jobs.metrics.schema import make_engine
+from spark_jobs.sources.cdc.table import TableColumn
+from tests.spark_jobs.jobs.merge.conftest import AT, SHAPE, Target, change
 
 BIG = "x" * 5000
 
@@ -125,3 +131,31 @@ def test_batches_read_in_many_pieces(url, table):
     made.merger.merge(lambda: iter(pieces(*deletes, size=7)), "q", "/ck", 1, False)
     assert sorted(made.rows()) == list(range(1, 50, 2))
     made.merger.close()
+
+
+def test_columns_that_differ_only_by_case_are_refused_by_sqlite_and_merged_by_postgresql(
+    url, table
+):
+    """SQLite's column names ignore case: its table could not hold "Note" beside note."""
+    shape = dataclasses.replace(
+        SHAPE,
+        columns=(*SHAPE.columns[:2], TableColumn("Big Note", '"Big Note"', 25, "text"),
+                 SHAPE.columns[2]),
+    )  # fmt: skip
+    if url.startswith("sqlite"):
+        with pytest.raises(MergeRefused, match="columns 'Big Note' and 'big note' differ only"):
+            MergeTarget(url, table, shape, outage_timeout_s=1.0)
+        return
+    merger = MergeTarget(url, table, shape, outage_timeout_s=1.0)
+    try:
+        rows = [{"id": 1, "version": 1, "Big Note": "upper", "big note": "lower"}]
+        marks = [("insert", 5, 0, AT, [])]
+        found = shape.arrow_table(rows, marks).to_batches()
+        merger.merge(lambda: iter(found), "q", "/ck", 0, False)
+        engine = make_engine(url)
+        with engine.connect() as connection:
+            held = connection.execute(sa.text(f'SELECT "Big Note", "big note" FROM {table}'))
+            assert held.all() == [("upper", "lower")]
+        engine.dispose()
+    finally:
+        merger.close()
