@@ -8,6 +8,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -300,23 +301,54 @@ def test_duplicate_rows_are_ignored(backend, open_writer):
     assert stored_transitions(backend.url) == [transition(1, True), transition(1, False)]
 
 
+class Attempts:
+    """Counts a writer's finished attempts at writing, so that a test waits for one (with
+    all it logged) instead of for a time the machine may not keep to."""
+
+    def __init__(self, writer: MetricsWriter, monkeypatch: pytest.MonkeyPatch):
+        self.writer, self.done = writer, 0
+        self._cond = threading.Condition()
+        attempt = writer._attempt
+
+        def counted(batch):
+            try:
+                return attempt(batch)
+            finally:
+                with self._cond:
+                    self.done += 1
+                    self._cond.notify_all()
+
+        monkeypatch.setattr(writer, "_attempt", counted)
+
+    def flush_failing(self, timeout_s: float) -> None:
+        """A flush that cannot succeed, and the one attempt it asked for, ended."""
+        before = self.done
+        assert self.writer.flush(timeout_s=timeout_s) is False
+        with self._cond:
+            assert self._cond.wait_for(lambda: self.done > before, 10), "no attempt ended"
+
+
 def test_rows_wait_while_the_database_is_away_and_arrive_once_in_order(
-    backend, open_writer, caplog
+    backend, open_writer, caplog, monkeypatch
 ):
     caplog.set_level(logging.DEBUG, logger=LOGGER)
     writer = open_writer(backend.url, flush_interval_s=MANUAL, max_backoff_s=MANUAL)
     writer.record_checkpoint(checkpoint(0))
     assert writer.flush(timeout_s=10) is True
+    attempts = Attempts(writer, monkeypatch)
 
     backend.go_away()
-    started = time.perf_counter()
-    for batch_id in range(1, 6):
-        writer.record_checkpoint(checkpoint(batch_id))
-        if batch_id == 2:
-            writer.record_transition(transition(3, False, "caught up"))
-    assert time.perf_counter() - started < 0.05
+    # Recording wakes the writer's thread; held asleep here, it tries only when asked, so
+    # the first attempt finds all six rows. Recording itself writes nothing.
+    with monkeypatch.context() as asleep:
+        asleep.setattr(writer._thread, "wake", lambda: None)
+        for batch_id in range(1, 6):
+            writer.record_checkpoint(checkpoint(batch_id))
+            if batch_id == 2:
+                writer.record_transition(transition(3, False, "caught up"))
+    assert attempts.done == 0
 
-    assert writer.flush(timeout_s=0.3) is False
+    attempts.flush_failing(timeout_s=0.3)
     assert writer.pending == 6
     assert writer.healthy is False
     warnings = messages(caplog, logging.WARNING)
@@ -331,8 +363,9 @@ def test_rows_wait_while_the_database_is_away_and_arrive_once_in_order(
     assert "s3cret" not in caplog.text
 
     # Further failed attempts do not repeat the warning.
-    assert writer.flush(timeout_s=0.1) is False
-    assert writer.flush(timeout_s=0.1) is False
+    attempts.flush_failing(timeout_s=0.1)
+    attempts.flush_failing(timeout_s=0.1)
+    assert attempts.done == 3
     assert len(messages(caplog, logging.WARNING)) == 1
     assert len(messages(caplog, logging.DEBUG)) == 2
     assert messages(caplog, logging.INFO) == []
@@ -352,19 +385,24 @@ def test_rows_wait_while_the_database_is_away_and_arrive_once_in_order(
     assert stored_transitions(backend.url) == [transition(3, False, "caught up")]
 
 
-def test_the_writer_retries_on_its_own_until_the_database_is_back(backend, open_writer, caplog):
+def test_the_writer_retries_on_its_own_until_the_database_is_back(
+    backend, open_writer, caplog, monkeypatch
+):
     caplog.set_level(logging.DEBUG, logger=LOGGER)
     writer = open_writer(backend.url, flush_interval_s=0.05, max_backoff_s=0.2)
     writer.record_checkpoint(checkpoint(0))
     assert wait_until(lambda: writer.pending == 0)
 
+    attempts = Attempts(writer, monkeypatch)
     backend.go_away()
     writer.record_checkpoint(checkpoint(1))
     assert wait_until(lambda: not writer.healthy)
-    time.sleep(0.6)
-    retries = len(messages(caplog, logging.DEBUG))
-    # 0.05 s, then 0.1 s, then every 0.2 s: about four retries in 0.6 s, not dozens.
-    assert 2 <= retries <= 8
+    # Retries come on their own, 0.05 s, then 0.1 s, then every 0.2 s apart (0.35 s for
+    # three; a wait may end a few milliseconds early, and at 0.05 s each they would take
+    # 0.15 s), each failing anew without a warning of its own.
+    started = time.monotonic()
+    assert wait_until(lambda: attempts.done >= 4)
+    assert time.monotonic() - started >= 0.3, "retries came faster than the backoff"
     assert len(messages(caplog, logging.WARNING)) == 1
     assert writer.pending == 1
 
@@ -397,15 +435,17 @@ def test_the_warning_is_repeated_at_most_every_30_seconds(
     writer = open_writer(sqlite_url, flush_interval_s=MANUAL, max_backoff_s=MANUAL)
     writer.record_checkpoint(checkpoint(0))
     assert writer.flush(timeout_s=10) is True
+    attempts = Attempts(writer, monkeypatch)
     (tmp_path / "db").rename(tmp_path / "away")
     writer.record_checkpoint(checkpoint(1))
-    for _ in range(3):
-        assert writer.flush(timeout_s=0.1) is False
+    assert wait_until(lambda: attempts.done == 1)  # the one recording woke it for
+    for _ in range(2):
+        attempts.flush_failing(timeout_s=0.1)
     assert len(messages(caplog, logging.WARNING)) == 1
 
     monkeypatch.setattr(writer_module, "WARN_EVERY_S", 0.0)
     for _ in range(2):
-        assert writer.flush(timeout_s=0.1) is False
+        attempts.flush_failing(timeout_s=0.1)
     warnings = messages(caplog, logging.WARNING)
     assert len(warnings) == 3
     assert warnings[1].startswith(f"still cannot write metrics to {sqlite_url} after ")
