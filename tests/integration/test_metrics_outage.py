@@ -55,10 +55,13 @@ def test_a_driver_that_cannot_renew_its_lease_starts_no_batch_until_it_can(tmp_p
         producer.stop()
     finish(job, 120)
 
-    # Renewals stop at once; the last confirmed lease lasts at most one TTL, and a batch
-    # started just before its end may still commit. After that, nothing until it is back.
-    fenced = [at for at in commit_times(dirs) if gone_at + TTL_S + 3 <= at <= back_at]
-    assert fenced == [], f"batches committed while the lease was not confirmed: {fenced}"
+    # Renewals stop at once; the last confirmed lease is trusted for less than one TTL (its
+    # fence). A batch released before the fence may still commit after it, however long a
+    # loaded machine makes it take; batches run one after another, so at most that one
+    # does. Any other would have started after the fence. (At a 1 s interval, a gate that
+    # ignored the fence would commit about ten.)
+    fenced = [at for at in commit_times(dirs) if gone_at + TTL_S <= at <= back_at]
+    assert len(fenced) <= 1, f"batches committed while the lease was not confirmed: {fenced}"
     assert "no batch starts" in log_of(job)
     # The rows of batches committed before the fence, journaled while the database was
     # away, were delivered: every committed batch has its row.

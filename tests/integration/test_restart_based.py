@@ -36,7 +36,8 @@ def test_the_file_source_switches_its_trigger_at_the_transition(spark, tmp_path)
             "spark.backlog.metrics.url": dirs.metrics_url,
             "spark.backlog.checkpointing.interval": "1s",
             "spark.backlog.checkpointing.interval-during-backlog": "1min",
-            "spark.backlog.file-source.pending-files-threshold": "5",
+            # Ten seconds of live files: only a longer stall sends the job back to backlog.
+            "spark.backlog.file-source.pending-files-threshold": "20",
         }
     )
     checkpoint = str(tmp_path / "checkpoint")
@@ -72,7 +73,8 @@ def test_the_file_source_switches_its_trigger_at_the_transition(spark, tmp_path)
     producer = threading.Thread(target=live_producer)
     producer.start()
     try:
-        runtime.run_restart_based(build, probe, stop_when_idle_s=3, timeout_s=120)
+        # The producer ends (within 120 s); the job then stops once idle, not at a timeout.
+        runtime.run_restart_based(build, probe, stop_when_idle_s=3, timeout_s=600)
     finally:
         producer.join()
         runtime.close()

@@ -20,7 +20,7 @@ from airflow_provider_backlog.hooks.metrics_poll import read_job, stop_reason
 from spark_jobs.backlog.config import BacklogConfig
 from spark_jobs.coordinator.control import ControlPoller
 from spark_jobs.metrics.lease import LeaseStore, offer_standby
-from spark_jobs.metrics.schema import backlog_transitions
+from spark_jobs.metrics.schema import backlog_leases, backlog_transitions
 from tests.airflow_provider_backlog.conftest import (
     CONN_ID,
     add_checkpoints,
@@ -165,15 +165,21 @@ def test_the_live_run_is_the_one_whose_lease_is_renewed_and_not_released(connect
     leases = LeaseStore(connected)
     hook = BacklogMetricsHook(CONN_ID)
     assert hook.live_run("events") is None
-    held = leases.acquire("events", "file:///ck", "r1", 1.5, spark_ui_url="http://driver:4040")
+    held = leases.acquire("events", "file:///ck", "r1", 30, spark_ui_url="http://driver:4040")
     live = hook.live_run("events")
     assert live is not None
     assert live.describe() == (
         f"run r1 of job 'events' at file:///ck (lease renewed until "
         f"{held.lease.expires_at.isoformat()}, Spark UI http://driver:4040)"
     )
-    while hook.database_now() < held.lease.expires_at:
-        time.sleep(0.1)
+    # Its driver dies: the lease is renewed no more and runs out (here at once, by the
+    # database's clock, rather than after a time to live the machine may not keep to).
+    with hook.engine.begin() as connection:
+        ends = backlog_leases.update().where(backlog_leases.c.run_id == "r1")
+        connection.execute(ends.values(expires_at=hook.database_now()))
+    expired = hook.database_now()
+    while hook.database_now() <= expired:
+        time.sleep(0.01)
     assert hook.live_run("events") is None, "expired by the database's clock: driver died"
     assert "stopped renewing its lease" in stop_reason("events", read_job(hook, "events", 1), T0)
     retaken = leases.acquire("events", "file:///ck", "r2", 30).lease
@@ -203,14 +209,19 @@ def test_a_request_the_job_took_is_answered_even_after_the_timeout(connected):
     config = BacklogConfig.from_spark_conf(
         {"spark.backlog.job-name": "events", "spark.backlog.metrics.url": connected}
     )
-    poller = ControlPoller(config, {}, lambda new: time.sleep(1.5), lambda: None, every_s=0.05)
+    # The job polls every 0.05 s, so it takes the request well within the asker's 2 s
+    # (however slowly the machine runs), then acts on it for longer than that from then on.
+    asker_waits_s = 2.0
+    poller = ControlPoller(
+        config, {}, lambda new: time.sleep(asker_waits_s + 0.5), lambda: None, every_s=0.05
+    )
     poller.start()
     try:
         answer = BacklogMetricsHook(CONN_ID).ask(
             "events",
             "reconfigure",
             {"spark.backlog.checkpointing.interval": "5s"},
-            timeout_s=0.5,
+            timeout_s=asker_waits_s,
             poll_s=0.05,
         )
     finally:
