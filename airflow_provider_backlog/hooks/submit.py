@@ -37,6 +37,7 @@ from spark_jobs.backlog.config import (
     BacklogConfig,
 )
 from spark_jobs.backlog.secrets import SPARK_REDACTION_REGEX
+from spark_jobs.jobs.spark_home import with_compiled_home
 from spark_jobs.jobs.worker_daemon import DAEMON_CONF
 from spark_jobs.metrics.schema import METRICS_PASSWORD_ENV, split_password
 
@@ -384,7 +385,8 @@ class BacklogSubmitHook(SparkSubmitAdapter):
         env.setdefault("PYSPARK_PYTHON", sys.executable)
         if self._metrics_password is not None:
             env[METRICS_PASSWORD_ENV] = self._metrics_password
-        return env
+        # The driver's Python processes import compiled PySpark (a pip installation's).
+        return with_compiled_home(env, self.master)
 
     def cluster_kill_command(self, log_path: Path) -> list[str] | None:
         """In cluster mode, the command that kills the submitted application, named in

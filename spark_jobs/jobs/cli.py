@@ -17,6 +17,7 @@ from pyspark.sql import SparkSession
 from spark_jobs.backlog.config import ConfigError
 from spark_jobs.backlog.secrets import SPARK_REDACTION_REGEX
 from spark_jobs.backlog.values import count_argument, duration_argument
+from spark_jobs.jobs.spark_home import use_compiled_home
 from spark_jobs.jobs.startup import (
     JavaMissing,
     prepare_driver_environment,
@@ -74,6 +75,9 @@ def spark_session(app_name: str, args: argparse.Namespace) -> SparkSession:
     )
     if not under_spark_submit():
         builder = builder.config(*DAEMON_CONF)
+        conf = launch_conf(app_name, args)
+        if conf is not None:  # else its master is out of sight
+            use_compiled_home(conf.get("spark.master"))
     for item in args.conf:
         builder = builder.config(*item.split("=", 1))
     return builder.getOrCreate()

@@ -47,8 +47,9 @@ def archive_path(directory: Path = DEFAULT_DIRECTORY) -> Path:
 
 @functools.cache
 def _installation() -> str:
-    """A digest of the JDK's version banner, pyspark's release and its jars' names: asked
-    once per process (``java -version`` starts a JVM)."""
+    """A digest of the JDK's version banner, pyspark's release, the SPARK_HOME its drivers
+    start from (the class path names it) and its jars' names: asked once per process
+    (``java -version`` starts a JVM)."""
     import pyspark
 
     jars = Path(pyspark.__file__).parent / "jars"
@@ -56,7 +57,9 @@ def _installation() -> str:
     java = subprocess.run(
         ["java", "-version"], capture_output=True, text=True, check=True, env=plain
     )
-    key = "\n".join([java.stderr, pyspark.__version__, *sorted(p.name for p in jars.iterdir())])
+    home = job_environment().get("SPARK_HOME", str(jars.parent))
+    names = sorted(p.name for p in jars.iterdir())
+    key = "\n".join([java.stderr, pyspark.__version__, home, *names])
     return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 

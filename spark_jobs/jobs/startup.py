@@ -40,14 +40,18 @@ def under_spark_submit() -> bool:
 
 
 def job_environment() -> dict[str, str]:
-    """The environment for a job started from this interpreter: Spark on loopback unless
-    told otherwise, and Python workers that have this project installed."""
-    return {
+    """The environment for a job started from this interpreter, on a local or standalone
+    master: Spark on loopback unless told otherwise, Python workers that have this project
+    installed, and Spark's Python processes importing compiled PySpark (``spark_home``)."""
+    from spark_jobs.jobs.spark_home import with_compiled_home
+
+    environment = {
         **os.environ,
         "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"),
         "PYSPARK_PYTHON": sys.executable,
         "PYSPARK_DRIVER_PYTHON": sys.executable,
     }
+    return with_compiled_home(environment, master=None)
 
 
 def spark_submit_command(entry_file: str, conf: Mapping[str, str], *args: str) -> list[str]:

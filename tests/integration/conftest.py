@@ -13,7 +13,10 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 def spark(jvm_archive):
     from pyspark.sql import SparkSession
 
+    from spark_jobs.jobs.spark_home import use_compiled_home
     from spark_jobs.jobs.worker_daemon import DAEMON_CONF
+
+    use_compiled_home("local[2]")
 
     session = (
         SparkSession.builder.master("local[2]")

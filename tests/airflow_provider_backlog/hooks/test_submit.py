@@ -11,6 +11,7 @@ from airflow.sdk.exceptions import AirflowException
 from airflow_provider_backlog.hooks.submit import BacklogSubmitHook, DriverProcess
 from airflow_provider_backlog.profiles import PhaseProfile
 from spark_jobs.backlog.secrets import SPARK_REDACTION_REGEX
+from spark_jobs.jobs.spark_home import compiled_home, installed_home
 
 LOCAL_SPARK = json.dumps({"conn_type": "spark", "host": "local[2]"})
 
@@ -160,13 +161,17 @@ def test_the_local_driver_gets_this_python_and_the_password_a_cluster_driver_nei
 ):
     monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
     monkeypatch.setenv("PYSPARK_DRIVER_PYTHON", "/opt/airflow-worker/bin/python")
+    monkeypatch.delenv("SPARK_HOME", raising=False)
     spark_connection(monkeypatch, "spark://127.0.0.1:7077", "client")
     local = hook(metrics_url=REACHABLE_METRICS).submit_environment()
     assert local["PYSPARK_PYTHON"] == sys.executable
     assert local["BACKLOG_METRICS_PASSWORD"] == "secret"
+    # Its Python processes import compiled PySpark (spark_jobs/jobs/spark_home.py).
+    assert local["SPARK_HOME"] == str(compiled_home(installed_home()))
     spark_connection(monkeypatch, "yarn", "cluster")
     remote = hook(metrics_url=REACHABLE_METRICS, env_vars={"BACKLOG_METRICS_PASSWORD": "secret"})
     assert "PYSPARK_DRIVER_PYTHON" not in remote.submit_environment()
+    assert "SPARK_HOME" not in remote.submit_environment()
     monkeypatch.setenv("PYSPARK_PYTHON", "/opt/airflow-worker/bin/python")
     assert "PYSPARK_PYTHON" not in remote.submit_environment()
     conf = conf_of(remote.submit_command("app.py"))
