@@ -45,7 +45,7 @@ from spark_jobs.jobs.cli import (
     run_command,
     spark_session,
 )
-from spark_jobs.jobs.merge.record import MergeRefused, judge, query_id
+from spark_jobs.jobs.merge.record import MergeRefused, next_batch, query_id
 from spark_jobs.jobs.merge.target import MergeTarget
 from spark_jobs.jobs.merge_sink import MergeSink
 from spark_jobs.metrics.schema import with_password
@@ -168,13 +168,13 @@ def target_of(args: argparse.Namespace, shape: TableShape | None = None) -> Merg
 
 
 def check_target(target: MergeTarget, args: argparse.Namespace) -> None:
-    """Refuse, before Spark starts, a target that another query merged into (MergeRefused),
-    as its first batch would."""
-    found = target.record()
-    if found is not None:
-        ours = query_id(f"{args.checkpoint.rstrip('/')}/spark") or "(a new query)"
-        checkpoint = resolve_uri(args.checkpoint.rstrip("/"))
-        judge(found, ours, found.batch_id + 1, args.start_over, target.table, checkpoint)
+    """Refuse, before Spark starts, what this checkpoint's next batch would find
+    (MergeRefused): a target another query merged into, or one that lacks this query's
+    earlier batches."""
+    spark = f"{args.checkpoint.rstrip('/')}/spark"
+    ours = query_id(spark) or "(a new query)"
+    checkpoint = resolve_uri(args.checkpoint.rstrip("/"))
+    target.check(ours, next_batch(spark), args.start_over, checkpoint)
 
 
 def check_source(args: argparse.Namespace) -> TableShape:

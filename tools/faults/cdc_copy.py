@@ -46,7 +46,15 @@ class CdcCopy:
         self.query_id = uuid.uuid4().hex
         self.target_table = as_part(f"copy_of_{split_table_name(table)[-1]}_{self.query_id[:8]}")
         self.target = MergeTarget(target_url, self.target_table, self.shape, 10.0)
+        #: As ``backlog-cdc-job --start-over`` merges.
+        self.start_over = False
         self.batches = MicroBatches(self._reader, self._merge, fault)
+
+    def retarget(self, target_table: str) -> None:
+        """Merge from now on into ``target_table`` (``--target-table`` at a restart)."""
+        self.target.close()
+        self.target_table = target_table
+        self.target = MergeTarget(self.target_url, target_table, self.shape, 10.0)
 
     def differences(self) -> list[str]:
         """The copy compared with the table as it is now, value by value: each difference
@@ -58,7 +66,7 @@ class CdcCopy:
         return HybridStreamReader(self.options, from_arrow_schema(change_schema(self.shape)))
 
     def _merge(self, batch: int, rows) -> None:  # type: ignore[no-untyped-def]
-        self.target.merge(rows, self.query_id, str(self.state), batch, start_over=False)
+        self.target.merge(rows, self.query_id, str(self.state), batch, self.start_over)
 
     @property
     def child(self) -> PostgresCdcChild:

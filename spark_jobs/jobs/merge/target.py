@@ -22,7 +22,7 @@ import sqlalchemy
 
 from spark_jobs.backlog.outage import Outage
 from spark_jobs.backlog.secrets import redact_text
-from spark_jobs.backlog.table_names import qualified, text_quoting
+from spark_jobs.backlog.table_names import qualified, split_table_name, text_quoting
 from spark_jobs.backlog.values import format_duration
 from spark_jobs.jobs.merge.apply import apply
 from spark_jobs.jobs.merge.record import (
@@ -32,6 +32,7 @@ from spark_jobs.jobs.merge.record import (
     create_records,
     judge,
     read_record,
+    resolve,
     write_record,
 )
 from spark_jobs.jobs.merge.staging import Layout, create_stage, stage
@@ -110,7 +111,15 @@ class MergeTarget:
         """The query and last batch recorded for the table, None if none."""
         create_records(self.engine)
         with self.engine.connect() as connection:
-            return read_record(connection, self.table)
+            return read_record(connection, resolve(connection, self.table))
+
+    def check(self, query_id: str, batch_id: int, start_over: bool, checkpoint: str) -> None:
+        """Refuse now (MergeRefused) what merging batch ``batch_id`` of ``query_id`` would."""
+        create_records(self.engine)
+        with self.engine.connect() as connection:
+            table = resolve(connection, self.table)
+            found = read_record(connection, table)
+        judge(found, query_id, batch_id, start_over, self.table, checkpoint, table.oid)
 
     def close(self) -> None:
         self.engine.dispose()
@@ -130,8 +139,11 @@ class MergeTarget:
                 # database or role sets.
                 connection.exec_driver_sql("SET LOCAL statement_timeout = 0")
                 connection.exec_driver_sql("SET LOCAL array_nulls = on")
-            found = read_record(connection, self.table)
-            verdict = judge(found, query_id, batch_id, start_over, self.table, checkpoint)
+            table = resolve(connection, self.table)
+            found = read_record(connection, table)
+            verdict = judge(
+                found, query_id, batch_id, start_over, self.table, checkpoint, table.oid
+            )
             if verdict is Verdict.SKIP:
                 return verdict
             if verdict is Verdict.EMPTY_THEN_MERGE:
@@ -140,7 +152,7 @@ class MergeTarget:
             staged = stage(connection, self.layout, pieces)
             if staged.rows:
                 apply(connection, self.table, self.layout, staged.unchanged)
-            write_record(connection, self.table, checkpoint, query_id, batch_id)
+            write_record(connection, table, checkpoint, query_id, batch_id)
         return verdict
 
     def _create(self) -> None:
@@ -157,25 +169,52 @@ class MergeTarget:
                 f"({', '.join(columns)}, {quote(self.layout.position)} BIGINT, "
                 f"PRIMARY KEY ({key}))"
             )
+            self._check_columns(connection)
             if connection.dialect.name == "postgresql":
                 self.layout = Layout.of(self.shape, self._column_types(connection))
         self._created = True
 
+    def _check_columns(self, connection: sqlalchemy.Connection) -> None:
+        """Refuse a table made beforehand without a column the copy writes."""
+        parts = split_table_name(self.table)
+        schema = parts[0] if len(parts) == 2 else None
+        inspector = sqlalchemy.inspect(connection)
+        held = {c["name"] for c in inspector.get_columns(parts[-1], schema=schema)}
+        wanted = [*(c.name for c in self.shape.columns), self.layout.position]
+        missing = [name for name in wanted if name not in held]
+        if missing:
+            raise MergeRefused(
+                f"target table {self.table} on {self.where} was made without the columns "
+                f"{missing} that the copy of {self.shape.name} writes: add them, or drop the "
+                "table and let the copy make it"
+            )
+
     def _column_types(self, connection: sqlalchemy.Connection) -> dict[str, str]:
-        """The table's column types as the target has them (created here or before)."""
+        """The table's column types as the target has them (created here or before), without
+        their modifiers: a value is cast to the type, then stored as an INSERT stores it, so
+        a text too long for a ``varchar(n)`` the table was made with fails instead of being
+        cut, as an explicit cast would cut it."""
         found = connection.execute(
             sqlalchemy.text(
-                "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
+                "SELECT attname, format_type(atttypid, NULL) FROM pg_attribute "
                 "WHERE attrelid = to_regclass(:table) AND attnum > 0 AND NOT attisdropped"
             ),
             {"table": qualified(self.table, text_quoting(connection.dialect.identifier_preparer))},
         )
-        return dict(found.all())
+        return {name: _unbounded(type_name) for name, type_name in found.all()}
 
     def _quoted(self, connection: sqlalchemy.Connection) -> str:
         """The table's name for statements the driver renders (``exec_driver_sql``)."""
         quote = connection.dialect.identifier_preparer.quote
         return qualified(self.table, quote)
+
+
+def _unbounded(type_name: str) -> str:
+    """A type named without its modifier, as a cast to it keeps a value whole: PostgreSQL
+    names ``bpchar`` so ``character``, which means ``character(1)``."""
+    if type_name == "character" or type_name.startswith("character["):
+        return "bpchar" + type_name.removeprefix("character")
+    return type_name
 
 
 def _type(connection: sqlalchemy.Connection, column: TableColumn) -> str:

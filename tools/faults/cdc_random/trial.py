@@ -43,18 +43,28 @@ from tools.faults.micro_batches import Killed
 
 #: The failures by name a trial may end with, as docs/limits.md lists them: a pattern of the
 #: error, and the reason it is counted under.
+TABLE_CHANGED = "the table changed while the job ran"
+PUBLICATION_CHANGED = "the publication changed while the job ran"
 REASONS = {
-    "the table changed while the job ran": re.compile(
+    TABLE_CHANGED: re.compile(
         r"table \S.* changed (since the copy began|in the transaction|while a snapshot chunk"
         r"|between this run's start and its copy's)"
         # A partitioned table's identity changed: its partitions keep theirs.
         r"|partition \S.* has another replica identity than the table's"
     ),
-    "the publication changed while the job ran": re.compile(
+    PUBLICATION_CHANGED: re.compile(
         r"publication '\w+' on \S+ (changed since the copy began|does not publish)"
     ),
 }
 SOURCE = "cdc"
+#: Changes of the publication (``DDL``) and the reason they fail the job for; every other
+#: change of shape changes the table.
+PUBLICATION_DDL = ("publish-insert-only", "table-dropped-from-publication")
+
+
+def caused_by(ddl: str) -> str:
+    """The reason of ``REASONS`` a change of shape fails the job for."""
+    return PUBLICATION_CHANGED if ddl in PUBLICATION_DDL else TABLE_CHANGED
 
 
 @dataclass
@@ -230,6 +240,18 @@ def _finish(
     result.aborted = workload.counts.aborted
     if workload.errors:
         result.broken = f"a writer failed: {workload.errors[0]!r}"
+    # A failure by name counts only for the change of shape made, and its own reason.
+    if result.failed_by_name is not None and result.ddl is not None:
+        if not workload.shape_changed:
+            result.broken = (
+                f"failed by name ({result.failed_by_name}), though the server refused "
+                f"{result.ddl} and nothing changed"
+            )
+        elif result.failed_by_name != caused_by(result.ddl):
+            result.broken = (
+                f"failed by name ({result.failed_by_name}), where {result.ddl} fails it for "
+                f"another reason ({caused_by(result.ddl)})"
+            )
     if result.ddl is not None and not workload.shape_changed:
         result.ddl += " (refused by the server)"
     elif result.ddl is not None and not workload.copy_had_begun:

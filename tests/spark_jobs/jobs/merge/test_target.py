@@ -40,7 +40,8 @@ def test_a_replayed_or_older_batch_changes_nothing(target):
 
 def test_the_record_survives_a_new_target_and_is_per_table(url, table):
     first = Target(url, table)
-    first.merge(3, change("insert", 1, 1, "a", 10))
+    for batch in range(4):
+        first.merge(batch, change("insert", 1, 1, "a", 10))
     first.merger.close()
     again = Target(url, table)  # a restarted driver
     again.merge(3, change("update", 1, 9, "late", 5))
@@ -57,8 +58,8 @@ def test_a_batch_of_another_query_is_refused_unless_starting_over(target):
     """A query started afresh counts batches from 0 again: its batches must not be taken
     for replays, and the rows an older query left (deleted in the source since) must go."""
     target.merge(0, change("insert", 1, 1, "a", 10), change("insert", 2, 1, "b", 10))
-    target.merge(5, change("update", 1, 2, "a", 20))
-    with pytest.raises(MergeRefused, match=r"holds batches up to 5 of query q .*--start-over"):
+    target.merge(1, change("update", 1, 2, "a", 20))
+    with pytest.raises(MergeRefused, match=r"holds batches up to 1 of query q .*--start-over"):
         target.merge(0, change("snapshot", 1, 2, "a", 30), query="fresh")
     assert target.rows() == {1: (2, "a", 20), 2: (1, "b", 10)}
     verdict = target.merge(0, change("snapshot", 1, 2, "a", 30), query="fresh", start_over=True)

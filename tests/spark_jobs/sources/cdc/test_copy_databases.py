@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from sqlalchemy import text
 
+from spark_jobs.jobs.merge.record import MergeRefused
 from spark_jobs.metrics.schema import make_engine
 from spark_jobs.sources.cdc.table import TableChangedError
 from spark_jobs.sources.children import ChildSpecError
@@ -275,4 +276,140 @@ def test_an_unlogged_partition_is_refused_and_one_made_unlogged_fails_the_copy(
         f"INSERT INTO {table} VALUES (160, 'lost')",
     )
     with pytest.raises(TableChangedError, match=rf"{table}_cold is UNLOGGED"):
+        copy.until_live_and_idle()
+
+
+# --- target tables: made beforehand, given again, restored --------------------------------
+
+
+def accounts_table(source: str, rows: int) -> str:
+    table = "accounts_" + uuid.uuid4().hex[:8]
+    write(source, f"CREATE TABLE {table} (id int PRIMARY KEY, v text)")
+    write(source, f"INSERT INTO {table} SELECT g, 'snap' FROM generate_series(1, {rows}) g")
+    return table
+
+
+def target_rows(url: str, table: str) -> list[tuple]:
+    engine = make_engine(url)
+    try:
+        with engine.connect() as connection:
+            return [tuple(r) for r in connection.execute(text(f"SELECT * FROM {table}"))]
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize("target_url", ["sqlite", "postgresql"], indirect=True)
+def test_a_target_that_lacks_batches_of_its_query_is_refused_by_name(
+    logical_server, target_url, copies
+):
+    """A checkpoint restarted with another --target-table, or a target restored from a
+    backup (or failed over to a standby behind it): the table was fed from the middle of
+    the stream, silently missing rows, while the source reported the copy live."""
+    source = logical_server.url
+    table = accounts_table(source, 20)
+    copy = copies(source, table, target_url, chunk_rows=5)
+    copy.until_live_and_idle(max_rows=5)
+    backup = copy.target_table + "_backup"
+    write(target_url, f"CREATE TABLE {backup} AS SELECT * FROM {copy.target_table}")
+    write(source, f"DELETE FROM {table} WHERE id = 1")
+    copy.until_live_and_idle()
+    # Restored: its rows and its record as they were at the backup.
+    records = "backlog_merge_records"
+    kept = target_rows(target_url, f"{records} WHERE query_id = '{copy.query_id}'")
+    write(
+        target_url,
+        f"DELETE FROM {copy.target_table}",
+        f"INSERT INTO {copy.target_table} SELECT * FROM {backup}",
+        f"UPDATE {records} SET batch_id = batch_id - 1 WHERE query_id = '{copy.query_id}'",
+    )
+    write(source, f"UPDATE {table} SET v = 'live' WHERE id = 3")
+    with pytest.raises(MergeRefused, match=r"holds batches up to \d+ of this query .* not batch"):
+        copy.until_live_and_idle()
+    assert kept, "the record was there to restore"
+
+    copy.batches.kill()
+    copy.retarget(copy.target_table + "_new")
+    with pytest.raises(MergeRefused, match=r"holds no batch of this query .* a new --checkpoint"):
+        copy.until_live_and_idle()
+
+
+@pytest.mark.parametrize("target_url", ["sqlite", "postgresql"], indirect=True)
+def test_a_table_another_query_merged_into_is_refused_however_its_name_is_spelled(
+    logical_server, target_url, copies
+):
+    """The record was kept under the name as given: ``accounts`` and ``public.accounts``
+    (or SQLite's ``main.ACCOUNTS``) let a second query merge into the first one's rows,
+    keeping a row deleted in the source since."""
+    source = logical_server.url
+    table = accounts_table(source, 3)
+    shared = "shared_" + uuid.uuid4().hex[:8]
+    other = f"public.{shared}" if target_url.startswith("postgresql") else f"main.{shared.upper()}"
+    first = copies(source, table, target_url)
+    first.retarget(shared)
+    first.until_live_and_idle()
+    write(source, f"DELETE FROM {table} WHERE id = 2")
+    second = copies(source, table, target_url)
+    second.retarget(other)
+    with pytest.raises(MergeRefused, match="not of this query"):
+        second.until_live_and_idle()
+
+
+@pytest.mark.parametrize("target_url", ["sqlite", "postgresql"], indirect=True)
+def test_start_over_left_on_never_empties_a_table_at_a_later_batch(
+    logical_server, target_url, copies
+):
+    """A query left running with --start-over, beside another started over into its table:
+    its next batch emptied the table and merged one batch, 9 rows of 10 lost."""
+    source = logical_server.url
+    table = accounts_table(source, 10)
+    shared = "shared_" + uuid.uuid4().hex[:8]
+    first, second = copies(source, table, target_url, 4), copies(source, table, target_url, 4)
+    for copy in (first, second):
+        copy.retarget(shared)
+        copy.start_over = True
+    first.until_live_and_idle()
+    second.until_live_and_idle()  # started over: emptied, copied afresh
+    assert second.differences() == []
+    write(source, f"UPDATE {table} SET v = 'changed' WHERE id = 1")
+    with pytest.raises(MergeRefused, match="only at a query's first batch"):
+        first.until_live_and_idle()
+    second.until_live_and_idle()
+    assert second.differences() == []
+
+
+@pytest.mark.parametrize("column", ["varchar(3)", "char(3)"])
+def test_a_target_made_beforehand_with_narrower_text_fails_rather_than_cuts(
+    logical_server, postgres_server, copies, column
+):
+    """Values were cast to the target's types, and a cast cuts a text to a varchar(n)
+    (two keys 'abcd1' and 'abcd2' became one); stored as an INSERT stores them, they
+    fail by the server's error."""
+    source, target = logical_server.url, postgres_server.url
+    table = "codes_" + uuid.uuid4().hex[:8]
+    write(source, f"CREATE TABLE {table} (id int PRIMARY KEY, code text)")
+    write(source, f"INSERT INTO {table} VALUES (1, 'abcdefgh')")
+    copy = copies(source, table, target)
+    write(
+        target, f"CREATE TABLE {copy.target_table} (id int PRIMARY KEY, code {column}, _lsn bigint)"
+    )
+    with pytest.raises(Exception, match="value too long for type character"):
+        copy.until_live_and_idle()
+    assert target_rows(target, copy.target_table) == []
+
+
+@pytest.mark.parametrize("target_url", ["sqlite", "postgresql"], indirect=True)
+def test_a_target_made_beforehand_without_a_column_is_refused_by_name(
+    logical_server, target_url, copies
+):
+    source = logical_server.url
+    table = "wide_" + uuid.uuid4().hex[:8]
+    write(source, f"CREATE TABLE {table} (id int PRIMARY KEY, code text, other text)")
+    write(source, f"INSERT INTO {table} VALUES (1, 'a', 'b')")
+    copy = copies(source, table, target_url)
+    write(
+        target_url, f"CREATE TABLE {copy.target_table} (id int PRIMARY KEY, code text, _lsn bigint)"
+    )
+    with pytest.raises(
+        MergeRefused, match=rf"{copy.target_table} .* without the columns \['other'\]"
+    ):
         copy.until_live_and_idle()
