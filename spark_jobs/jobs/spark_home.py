@@ -13,9 +13,10 @@ sooner (docs/tuning.md).
 
 The home is a directory of links to the installed package's ``bin``, ``jars`` and the rest,
 made once per installation beside it. It serves a driver on this machine with a local or a
-standalone master; YARN and Kubernetes ship ``pyspark.zip`` to their containers, so a
-submission there keeps the installed home (and a Spark distribution set as SPARK_HOME is
-never replaced).
+standalone master, where SPARK_HOME is not set; YARN and Kubernetes ship ``pyspark.zip``
+to their containers, so a submission there keeps the installed home, and a SPARK_HOME set
+(a Spark distribution, or the installed package itself to do without the compiled home)
+is used as it is.
 """
 
 from __future__ import annotations
@@ -84,12 +85,11 @@ def with_compiled_home(
     environment: Mapping[str, str], master: str | None, directory: Path = DEFAULT_DIRECTORY
 ) -> dict[str, str]:
     """``environment`` with SPARK_HOME the compiled home, where it serves ``master`` and
-    SPARK_HOME is unset or the installed package; as it was otherwise, or when the home
-    cannot be made (a read-only installation costs only speed)."""
+    SPARK_HOME is not set; as it was otherwise, or when the home cannot be made (a
+    read-only installation costs only speed)."""
     found = dict(environment)
     installed = installed_home()
-    given = found.get("SPARK_HOME")
-    if installed is None or not serves(master) or (given and Path(given).resolve() != installed):
+    if installed is None or not serves(master) or found.get("SPARK_HOME"):
         return found
     try:
         found["SPARK_HOME"] = str(_home(installed, directory))

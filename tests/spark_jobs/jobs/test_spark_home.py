@@ -67,18 +67,19 @@ def test_the_home_serves_local_and_standalone_masters(master, served):
     assert serves(master) is served
 
 
-def test_a_spark_distribution_set_as_spark_home_is_kept(tmp_path):
-    environment = {"SPARK_HOME": str(tmp_path / "spark-4.3.0-bin-hadoop3"), "PATH": "/bin"}
-    assert with_compiled_home(environment, "local[2]", tmp_path) == environment
+def test_a_spark_home_set_is_kept_a_distribution_or_the_installed_package(tmp_path):
+    installed = spark_home.installed_home()
+    for home in (tmp_path / "spark-4.3.0-bin-hadoop3", installed):
+        environment = {"SPARK_HOME": str(home), "PATH": "/bin"}
+        assert with_compiled_home(environment, "local[2]", tmp_path) == environment
 
 
-def test_unset_or_the_installed_package_becomes_the_compiled_home(tmp_path):
+def test_where_none_is_set_the_compiled_home_is(tmp_path):
     installed = spark_home.installed_home()
     assert installed is not None
-    for environment in ({}, {"SPARK_HOME": str(installed)}):
-        found = with_compiled_home(environment, "local[2]", tmp_path)
-        assert Path(found["SPARK_HOME"]).parent == tmp_path
-        assert (Path(found["SPARK_HOME"]) / "jars").resolve() == installed / "jars"
+    found = with_compiled_home({}, "local[2]", tmp_path)
+    assert Path(found["SPARK_HOME"]).parent == tmp_path
+    assert (Path(found["SPARK_HOME"]) / "jars").resolve() == installed / "jars"
     assert with_compiled_home({}, "yarn", tmp_path) == {}
 
 
