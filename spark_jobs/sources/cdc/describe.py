@@ -140,8 +140,10 @@ def describe_table(engine: sqlalchemy.Engine, table: str) -> TableShape:
     written: ``Orders`` is not ``orders``); TableError if the source cannot copy it."""
     where = redact_text(engine.url.render_as_string(hide_password=False))
     quote = text_quoting(engine.dialect.identifier_preparer)
+    name = qualified(table, quote)
     with engine.connect() as connection:
-        found = connection.execute(_RELATION, {"name": qualified(table, quote)}).first()
+        _lock_first(connection, name)
+        found = connection.execute(_RELATION, {"name": name}).first()
         if found is None or found.relkind not in ("r", "p"):
             what = "no table" if found is None else f"relation {found.name} is not a table, and"
             raise TableError(
@@ -231,6 +233,19 @@ def _check_generated(
             f"{by_partition.attname!r} by another expression than the table's, which changes "
             "published as the table's would be computed by; give it the table's"
         )
+
+
+def _lock_first(connection: sqlalchemy.Connection, name: str) -> None:
+    """Lock the table before reading of it what locks its partitions. ALTER TABLE locks the
+    table, then its partitions; reading the partitions' catalog locks them and reading the
+    table's expressions locks it, so an ALTER between the two deadlocked, and PostgreSQL
+    ended the read. Taken before the transaction's first query, which then sees the ALTER's
+    catalog whole. No table by that name: the read that follows names it."""
+    try:
+        with connection.begin_nested():
+            connection.execute(text(f"LOCK TABLE ONLY {name} IN ACCESS SHARE MODE"))
+    except sqlalchemy.exc.DBAPIError:
+        pass
 
 
 def _check_whole(connection: sqlalchemy.Connection, found: sqlalchemy.Row) -> None:

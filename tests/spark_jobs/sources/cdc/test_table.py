@@ -3,6 +3,8 @@
 import json
 import logging
 import re
+import threading
+import time
 
 import pytest
 import sqlalchemy
@@ -258,6 +260,55 @@ def test_a_partition_that_generates_a_column_otherwise_is_refused(database):
         r"'g' by another expression",
     ):
         describe_table(database, "tripled")
+
+
+def test_an_alter_of_a_partitioned_table_while_it_is_described_waits_for_the_read(
+    logical_server, database
+):
+    """ALTER TABLE locks a partitioned table, then its partitions. The read of its partitions
+    (seen by the seeded CDC trial 936144273) locked them first and the table after: an ALTER
+    let in between the two deadlocked, and PostgreSQL ended the read, and the copy with it."""
+    create(
+        database,
+        "CREATE TABLE halved (id int PRIMARY KEY, a int, b int, "
+        "g int GENERATED ALWAYS AS (a * 2) STORED) PARTITION BY RANGE (id)",
+        "CREATE TABLE halved_low PARTITION OF halved FOR VALUES FROM (0) TO (10)",
+    )
+    other = make_engine(logical_server.url)
+    failures: list[BaseException] = []
+
+    def alter() -> None:
+        try:
+            with other.begin() as connection:
+                connection.execute(text("ALTER TABLE halved ALTER COLUMN b TYPE bigint"))
+        except BaseException as error:
+            failures.append(error)
+
+    altering = threading.Thread(target=alter)
+
+    def let_the_alter_in(connection, cursor, statement, *rest) -> None:
+        if "pg_partition_tree" not in statement or altering.ident is not None:
+            return
+        altering.start()  # once the partitions are read: it waits on a lock of the read's
+        waiting = text(
+            "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'ALTER TABLE halved%' "
+            "AND wait_event_type = 'Lock'"
+        )
+        with other.connect() as watch:
+            while not watch.execute(waiting).scalar():
+                time.sleep(0.02)
+
+    sqlalchemy.event.listen(database, "after_cursor_execute", let_the_alter_in)
+    try:
+        shape = describe_table(database, "halved")
+    finally:
+        sqlalchemy.event.remove(database, "after_cursor_execute", let_the_alter_in)
+        altering.join(timeout=30)
+        other.dispose()
+    assert altering.ident is not None and not failures
+    assert [c.name for c in shape.columns] == ["id", "a", "b", "g"]
+    altered = {c.name: c.type_name for c in describe_table(database, "halved").columns}
+    assert altered["b"] == "bigint"
 
 
 def test_a_text_key_under_a_nondeterministic_collation_is_refused(database):
