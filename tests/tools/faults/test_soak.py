@@ -105,7 +105,9 @@ def test_a_short_soak_reports_every_series_and_keeps_the_retained_ones_flat(
         missing(str(error))
     monkeypatch.setenv("SPARK_LOCAL_IP", os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"))
     conf = [arg for item in SHORT_RETENTION for arg in ("--conf", item)]
+    # What it judges grows with batches, not with their rows: a tenth of the default rate.
     argv = ["--minutes", "1.5", "--workdir", str(tmp_path), "--events", "20000", "--files", "4"]
+    argv += ["--live-events-per-s", "200"]
     assert main([*argv, "--every", "1s", *conf]) == 0
     report = json.loads(capsys.readouterr().out.splitlines()[-1])
     assert set(report) == {
