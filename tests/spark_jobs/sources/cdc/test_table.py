@@ -294,8 +294,9 @@ def test_an_alter_of_a_partitioned_table_while_it_is_described_waits_for_the_rea
             "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'ALTER TABLE halved%' "
             "AND wait_event_type = 'Lock'"
         )
+        deadline = time.monotonic() + 10  # an ALTER that never waits has nothing to deadlock
         with other.connect() as watch:
-            while not watch.execute(waiting).scalar():
+            while not watch.execute(waiting).scalar() and time.monotonic() < deadline:
                 time.sleep(0.02)
 
     sqlalchemy.event.listen(database, "after_cursor_execute", let_the_alter_in)
