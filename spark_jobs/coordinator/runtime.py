@@ -65,6 +65,8 @@ NO_DATA_BATCHES = "spark.sql.streaming.noDataMicroBatches.enabled"
 #: Where, under the checkpoint location the lease is held on, metrics rows wait for the
 #: database: durable storage the next run reads if this driver dies.
 JOURNAL_DIRECTORY = "metrics-journal"
+#: Logged when a run stops at its timeout rather than by itself (idle, done, failed).
+STOPPED_AT_TIMEOUT = "the timeout has passed: stopping after a commit"
 
 
 def with_metrics_password(conf: dict[str, str]) -> dict[str, str]:
@@ -438,7 +440,11 @@ class BacklogRuntime:
             if query.exception() is not None:
                 raise query.exception()  # type: ignore[misc]
             return True
-        if self._stop.is_set() or (deadline is not None and time.monotonic() >= deadline):
+        if self._stop.is_set():
+            stop_gracefully(query, hold=self._channel.hold)
+            return True
+        if deadline is not None and time.monotonic() >= deadline:
+            logger.warning(STOPPED_AT_TIMEOUT)
             stop_gracefully(query, hold=self._channel.hold)
             return True
         if self._fenced():

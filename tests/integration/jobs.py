@@ -18,6 +18,7 @@ import pandas as pd
 import sqlalchemy as sa
 
 import spark_jobs.jobs.events_pipeline as events_pipeline
+from spark_jobs.coordinator.runtime import STOPPED_AT_TIMEOUT
 from spark_jobs.jobs.startup import job_environment, spark_submit_command
 from spark_jobs.metrics.schema import as_utc, backlog_checkpoints, backlog_transitions, make_engine
 from tools.data.events import (
@@ -209,6 +210,8 @@ def finish(process: subprocess.Popen, timeout_s: float) -> str:
         ) from None
     text = log_of(process)
     assert process.returncode == 0, f"job failed ({process.returncode}):\n{text[-6000:]}"
+    # Stopped by its --timeout, it ended short of what the test then compares.
+    assert STOPPED_AT_TIMEOUT not in text, f"job ran into its --timeout:\n{text[-4000:]}"
     return text
 
 

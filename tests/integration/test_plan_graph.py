@@ -13,7 +13,7 @@ from spark_jobs.backlog.config import BacklogConfig
 from spark_jobs.backlog.graph import OperatorKind
 from spark_jobs.backlog.status import BacklogModel, SourceStatus
 from spark_jobs.coordinator.plan_graph import operator_graph
-from spark_jobs.coordinator.runtime import BacklogRuntime
+from spark_jobs.coordinator.runtime import STOPPED_AT_TIMEOUT, BacklogRuntime
 from spark_jobs.coordinator.spark_logging import TRIGGER_LOGGER
 from spark_jobs.metrics.schema import backlog_checkpoints, backlog_transitions, make_engine
 from spark_jobs.sources.gate import PlanChannel
@@ -172,6 +172,7 @@ def test_a_plan_too_deep_to_read_costs_the_job_its_operator_statuses_only(spark,
         run_until_idle(runtime, deep, tmp_path)
 
     assert "cannot read the query's operator graph (RecursionError: " in caplog.text
+    assert STOPPED_AT_TIMEOUT not in caplog.text  # it stopped because it was idle
     url = f"sqlite:///{tmp_path}/metrics.db"
     assert sum(r["num_input_rows"] for r in checkpoint_rows(url)) == len(ids)
     assert [t["operators"] for t in transition_rows(url)] == [None]
@@ -230,3 +231,24 @@ def test_a_run_stopping_when_idle_holds_its_gated_sources_before_the_last_batch_
     commits = sorted(int(p.name) for p in (spark_log / "commits").glob("[0-9]*"))
     assert offsets == commits and offsets
     assert sorted(committed_output_ids(tmp_path / "output")) == sorted(ids)
+
+
+def test_a_run_stopped_by_its_timeout_says_so(spark, tmp_path, caplog):
+    """A run its timeout stopped ended short of idle: its log says which, so no one takes
+    what it committed for all there was."""
+    write_files(tmp_path / "orders", 0, 2, 100)
+    runtime = gated_runtime(spark, tmp_path, "timed-out")
+    writer = (
+        hybrid(spark, tmp_path, "orders", runtime)
+        .writeStream.format("parquet")
+        .option("path", str(tmp_path / "output"))
+        .option("checkpointLocation", str(tmp_path / "checkpoint" / "spark"))
+    )
+    try:
+        runtime.start_gated(writer)
+        with caplog.at_level(logging.WARNING, logger="spark_jobs.coordinator.runtime"):
+            runtime.await_termination(stop_when_idle_s=60, timeout_s=0)
+        assert not runtime.query.isActive
+    finally:
+        runtime.close()
+    assert STOPPED_AT_TIMEOUT in caplog.text
