@@ -62,6 +62,12 @@ def qualified(name: str, quote: Callable[[str], str]) -> str:
     return ".".join(quote(part) for part in split_table_name(name))
 
 
+def in_text(sql_name: str) -> str:
+    """A name quoted for SQL as it goes into ``text()``, which would take a ``:word`` inside
+    its quotes for a bound parameter."""
+    return sql_name.replace(":", "\\:")
+
+
 def text_quoting(preparer: Any) -> Callable[[str], str]:
     """A dialect's quoting of a name (``preparer``: its ``identifier_preparer``) for SQL that
     SQLAlchemy renders itself (``text()``) or that goes as a bound value: in quotes where the

@@ -21,5 +21,10 @@ def is_outage(error: Exception) -> bool:
     socket) count."""
     if not isinstance(error, sqlalchemy.exc.OperationalError | sqlalchemy.exc.InterfaceError):
         return False
-    code = getattr(error.orig, "sqlstate", None) or getattr(error.orig, "pgcode", None)
+    code = sqlstate(error)
     return code is None or code.startswith("08") or code in _GOING_AWAY
+
+
+def sqlstate(error: sqlalchemy.exc.DBAPIError) -> str | None:
+    """The SQLSTATE of a PostgreSQL error, from psycopg 3 or psycopg2 alike."""
+    return getattr(error.orig, "sqlstate", None) or getattr(error.orig, "pgcode", None)

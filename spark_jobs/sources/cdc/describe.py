@@ -33,7 +33,7 @@ import sqlalchemy
 from sqlalchemy import text
 
 from spark_jobs.backlog.secrets import redact_text
-from spark_jobs.backlog.table_names import qualified, text_quoting
+from spark_jobs.backlog.table_names import in_text, qualified, text_quoting
 from spark_jobs.sources.cdc.table import (
     _IDENTITIES,
     ALLOWED,
@@ -46,7 +46,10 @@ from spark_jobs.sources.cdc.table import (
     TableError,
     TableShape,
 )
+from spark_jobs.storage.databases import sqlstate
 
+_KIND = text("SELECT relkind FROM pg_class WHERE oid = to_regclass(:name)")
+_INSUFFICIENT_PRIVILEGE = "42501"
 _RELATION = text(
     "SELECT c.oid, c.relkind, quote_ident(n.nspname) || '.' || quote_ident(c.relname) AS name, "
     "c.relreplident, (SELECT i.indexrelid::regclass::text FROM pg_index i "
@@ -142,7 +145,7 @@ def describe_table(engine: sqlalchemy.Engine, table: str) -> TableShape:
     quote = text_quoting(engine.dialect.identifier_preparer)
     name = qualified(table, quote)
     with engine.connect() as connection:
-        _lock_first(connection, name)
+        _lock_if_partitioned(connection, name)
         found = connection.execute(_RELATION, {"name": name}).first()
         if found is None or found.relkind not in ("r", "p"):
             what = "no table" if found is None else f"relation {found.name} is not a table, and"
@@ -235,17 +238,25 @@ def _check_generated(
         )
 
 
-def _lock_first(connection: sqlalchemy.Connection, name: str) -> None:
-    """Lock the table before reading of it what locks its partitions. ALTER TABLE locks the
-    table, then its partitions; reading the partitions' catalog locks them and reading the
-    table's expressions locks it, so an ALTER between the two deadlocked, and PostgreSQL
-    ended the read. Taken before the transaction's first query, which then sees the ALTER's
-    catalog whole. No table by that name: the read that follows names it."""
+def _lock_if_partitioned(connection: sqlalchemy.Connection, name: str) -> None:
+    """Lock a partitioned table before reading of it what locks its partitions. ALTER TABLE
+    locks the table, then its partitions; reading the partitions' catalog locks them and
+    reading the table's expressions locks it, so an ALTER between the two deadlocked, and
+    PostgreSQL ended the read. Whether it is partitioned is read in a transaction of its own:
+    the lock then comes before the reading transaction's snapshot, which sees an ALTER whole.
+    It waits as the read of the partitions would anyway; an ordinary table, whose catalog
+    reads wait for no lock, is not locked. A role that may read the columns but not lock the
+    table (column privileges) reads unlocked, as before."""
+    partitioned = connection.execute(_KIND, {"name": name}).scalar() == "p"
+    connection.commit()
+    if not partitioned:
+        return
     try:
         with connection.begin_nested():
-            connection.execute(text(f"LOCK TABLE ONLY {name} IN ACCESS SHARE MODE"))
-    except sqlalchemy.exc.DBAPIError:
-        pass
+            connection.execute(text(f"LOCK TABLE ONLY {in_text(name)} IN ACCESS SHARE MODE"))
+    except sqlalchemy.exc.DBAPIError as error:
+        if sqlstate(error) != _INSUFFICIENT_PRIVILEGE:
+            raise
 
 
 def _check_whole(connection: sqlalchemy.Connection, found: sqlalchemy.Row) -> None:
@@ -268,7 +279,7 @@ def _check_whole(connection: sqlalchemy.Connection, found: sqlalchemy.Row) -> No
         try:
             with connection.begin_nested():
                 connection.execute(text("SET LOCAL row_security = off"))
-                connection.execute(text(f"SELECT 1 FROM {found.name} LIMIT 0"))
+                connection.execute(text(f"SELECT 1 FROM {in_text(found.name)} LIMIT 0"))
         except sqlalchemy.exc.DBAPIError:
             raise TableError(
                 f"table {found.name} has row-level security that hides rows from this role, "

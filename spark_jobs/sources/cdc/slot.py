@@ -37,10 +37,11 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
 from spark_jobs.backlog.secrets import redact_text
-from spark_jobs.backlog.table_names import qualified, text_quoting
+from spark_jobs.backlog.table_names import in_text, qualified, text_quoting
 from spark_jobs.metrics.schema import installed_postgres_driver
 from spark_jobs.sources.cdc.lsn import format_lsn, parse_lsn
 from spark_jobs.sources.cdc.summary import OPTIONS, SUMMARY, BatchSummary
+from spark_jobs.storage.databases import sqlstate
 
 PLUGIN = "pgoutput"
 #: Rows a streamed peek fetches at a time.
@@ -239,7 +240,8 @@ class ReplicationSlot:
                 # Changes of a partitioned table's partitions published as the table's own.
                 connection.execute(
                     text(
-                        f"CREATE PUBLICATION {self.publication} FOR TABLE {self._table()} "
+                        f"CREATE PUBLICATION {self.publication} FOR TABLE "
+                        f"{in_text(self._table())} "
                         "WITH (publish_via_partition_root = true)"
                     )
                 )
@@ -551,8 +553,7 @@ class ReplicationSlot:
             try:
                 return attempt()
             except sqlalchemy.exc.OperationalError as error:
-                code = getattr(error.orig, "sqlstate", None) or getattr(error.orig, "pgcode", None)
-                if code != _OBJECT_IN_USE:
+                if sqlstate(error) != _OBJECT_IN_USE:
                     raise
                 if time.monotonic() >= deadline:
                     raise SlotError(

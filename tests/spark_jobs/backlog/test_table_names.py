@@ -1,8 +1,17 @@
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from sqlalchemy import text
+from sqlalchemy.dialects import postgresql
 
-from spark_jobs.backlog.table_names import TableNameError, as_part, qualified, split_table_name
+from spark_jobs.backlog.table_names import (
+    TableNameError,
+    as_part,
+    in_text,
+    qualified,
+    split_table_name,
+    text_quoting,
+)
 
 
 @pytest.mark.parametrize(
@@ -37,6 +46,12 @@ def test_a_name_that_does_not_split_is_refused_with_the_rule(name, rule):
 
 
 parts = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=12)
+#: Parts made of what SQL text treats apart: a ':word' parameter, '%', quotes, backslashes.
+sql_parts = st.lists(
+    st.sampled_from([":eur", ":", "::x", "%", '"', ".", " ", "\\", "a", "1", "é"]),
+    min_size=1,
+    max_size=6,
+).map("".join)
 
 
 @given(st.lists(parts, min_size=1, max_size=2))
@@ -56,3 +71,13 @@ def test_qualified_quotes_each_part_as_the_dialect_does():
         return '"' + part.replace('"', '""') + '"'
 
     assert qualified('sales."q1.2026"', quote) == '"sales"."q1.2026"'
+
+
+@given(st.lists(sql_parts, min_size=1, max_size=2))
+def test_a_quoted_name_in_text_renders_as_itself_with_no_bound_parameter(found):
+    """``text()`` takes ``:word`` for a parameter, inside an identifier's quotes too."""
+    name = ".".join('"' + part.replace('"', '""') + '"' for part in found)
+    sql = qualified(name, text_quoting(postgresql.dialect().identifier_preparer))
+    statement = text(f"LOCK TABLE {in_text(sql)}").compile(dialect=postgresql.dialect())
+    assert statement.params == {}
+    assert str(statement).replace("%%", "%") == f"LOCK TABLE {sql}"

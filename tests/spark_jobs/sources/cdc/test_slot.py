@@ -378,6 +378,26 @@ def test_a_publication_for_all_tables_carries_the_table(logical_server, table):
         engine.dispose()
 
 
+def test_a_table_with_a_colon_in_its_name_is_published_and_its_changes_read(
+    logical_server, database
+):
+    """The publication's statement goes through ``text()``, which takes ``:word`` for a
+    bound parameter, inside quotes too."""
+    with database.begin() as connection:
+        connection.exec_driver_sql('CREATE TABLE "cost :eur" (id int PRIMARY KEY, a int)')
+    slot = ReplicationSlot(logical_server.url, "slot_colon", "pub_colon", '"cost :eur"')
+    try:
+        slot.ensure()
+        slot.check_publication()
+        with database.begin() as connection:
+            connection.exec_driver_sql('INSERT INTO "cost :eur" VALUES (1, 2)')
+        [transaction] = read(slot)
+        assert rows_of(transaction) == [("insert", {"id": "1", "a": "2"}, None)]
+    finally:
+        slot.drop()
+        slot.close()
+
+
 def test_a_publication_dropped_under_a_kept_slot_is_named(slot, database):
     with database.begin() as connection:
         connection.execute(text(f"DROP PUBLICATION {slot.publication}"))
