@@ -405,6 +405,28 @@ def test_a_server_that_goes_away_while_describe_waits_for_the_lock_is_an_outage(
     assert is_outage(error), repr(error)
 
 
+def test_a_role_that_may_read_the_columns_but_not_lock_the_table_describes_it(
+    logical_server, database
+):
+    """Column privileges let a role read every column but not LOCK the table: its shape is
+    read unlocked, as before the lock existed, rather than refused."""
+    create(
+        database,
+        "CREATE TABLE granted (id int PRIMARY KEY, a int) PARTITION BY RANGE (id)",
+        "CREATE TABLE granted_low PARTITION OF granted FOR VALUES FROM (0) TO (10)",
+        "DROP ROLE IF EXISTS column_reader",
+        "CREATE ROLE column_reader LOGIN",
+        "GRANT SELECT (id, a) ON granted TO column_reader",
+    )
+    url = sqlalchemy.make_url(logical_server.url).set(username="column_reader")
+    reader = make_engine(url.render_as_string(hide_password=False))
+    try:
+        shape = describe_table(reader, "granted")
+    finally:
+        reader.dispose()
+    assert [c.name for c in shape.columns] == ["id", "a"]
+
+
 def test_a_partitioned_table_with_a_colon_in_its_name_is_described(database):
     """SQLAlchemy's ``text()`` takes ``:word`` for a bound parameter, inside quotes too."""
     with database.begin() as connection:
