@@ -48,3 +48,17 @@ def test_a_database_name_is_taken_as_written_and_one_with_a_line_break_refused()
                 )
         finally:
             engine.dispose()
+
+
+def test_servers_copied_from_one_template_share_no_data():
+    with PostgresServer(database="copied") as first, PostgresServer(database="copied") as second:
+        engines = [make_engine(first.url), make_engine(second.url)]
+        try:
+            with engines[0].begin() as connection:
+                connection.execute(text("CREATE TABLE only_here (id int)"))
+            with engines[1].connect() as connection:
+                found = connection.execute(text("SELECT to_regclass('only_here')")).scalar()
+            assert found is None
+        finally:
+            for engine in engines:
+                engine.dispose()
