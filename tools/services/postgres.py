@@ -8,9 +8,9 @@ run as root, so as root every server command runs as the ``postgres`` OS user.
 
 It trades durability for speed (fsync, full-page writes and synchronous commit off): a
 crash may lose it, which no throwaway database minds. For the same reason a new server's
-cluster is a copy of one made once per binaries, user and database (``_template``): initdb
-and the single-user run that creates the database cost about a CPU-second each time, and
-the suite starts some seventy servers.
+cluster is a copy of one made once per binaries, initdb options, OS user, database user and
+database (``_template``): initdb and the single-user run that creates the database cost
+about a CPU-second each time, and the suite starts some seventy servers.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from __future__ import annotations
 import fcntl
 import glob
 import hashlib
+import json
 import os
 import pwd
 import re
@@ -36,6 +37,8 @@ INSTALL_HINT = (
     "(scripts/install-test-tools installs it)"
 )
 _TOOLS = ("initdb", "pg_ctl", "postgres")
+#: How every cluster is made; part of its template's key, so a change makes new templates.
+_INITDB_OPTIONS = ("--auth=trust", "--encoding=UTF8", "--locale=C", "--no-sync")
 #: Settings for a server whose changes can be read through logical replication slots.
 LOGICAL_DECODING = {"wal_level": "logical", "max_replication_slots": "10", "max_wal_senders": "10"}
 
@@ -50,6 +53,12 @@ class PostgresUnavailable(RuntimeError):
 
 def _version_key(bin_dir: str) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", Path(bin_dir).parent.name))
+
+
+def template_root() -> Path:
+    """Where the cluster templates are kept: one directory per effective user, as a
+    template one user made another may neither lock nor copy."""
+    return Path(tempfile.gettempdir()) / f"backlog-postgres-templates-{os.geteuid()}"
 
 
 def find_bin_dir() -> Path | None:
@@ -197,19 +206,25 @@ class PostgresServer:
         subprocess.run(["cp", "-a", f"{template}/.", str(self._data_dir)], check=True)
 
     def _template(self, as_postgres: bool) -> Path:
-        """A cluster holding the database, made once for these binaries, user and database
-        and kept in the temp dir for every later server to copy (made under a lock, so that
-        servers started at once make it once, and renamed into place whole)."""
+        """A cluster holding the database, made once for these binaries, initdb options, user
+        and database and kept in the temp dir for every later server to copy (made under a
+        lock, so that servers started at once make it once, and renamed into place whole)."""
         assert self._bin is not None
         binary = (self._bin / "postgres").stat()
-        key = f"{self._bin}|{binary.st_size}|{binary.st_mtime_ns}|{self.user}|{self.database}"
+        bin_dir, user, database = str(self._bin), self.user, self.database
+        key = json.dumps(
+            [bin_dir, binary.st_size, binary.st_mtime_ns, _INITDB_OPTIONS, user, database]
+        )
         digest = hashlib.sha256(key.encode()).hexdigest()[:16]
-        root = Path(tempfile.gettempdir()) / "backlog-postgres-templates"
+        root = template_root()
         root.mkdir(mode=0o755, exist_ok=True)
         template = root / digest
         with open(root / f"{digest}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if not template.is_dir():
+                # What a build killed before its rename left: nobody else builds it now.
+                for left in root.glob(f"{digest}-*"):
+                    shutil.rmtree(left, ignore_errors=True)
                 making = Path(tempfile.mkdtemp(prefix=f"{digest}-", dir=root))
                 try:
                     if as_postgres:
@@ -221,17 +236,7 @@ class PostgresServer:
         return template
 
     def _init_cluster(self, data_dir: Path) -> None:
-        self._run(
-            "initdb",
-            "-D",
-            str(data_dir),
-            "-U",
-            self.user,
-            "--auth=trust",
-            "--encoding=UTF8",
-            "--locale=C",
-            "--no-sync",
-        )
+        self._run("initdb", "-D", str(data_dir), "-U", self.user, *_INITDB_OPTIONS)
         # The server binary alone creates it (single-user mode), where no client tool is.
         # That mode exits 0 after an error.
         name = self.database.replace('"', '""')

@@ -1,3 +1,11 @@
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
 from urllib.parse import quote
 
 import pytest
@@ -6,6 +14,7 @@ from sqlalchemy import text
 from spark_jobs.metrics.schema import make_engine
 from tests.support import postgres as test_postgres
 from tests.support.postgres import PostgresServer
+from tests.support.prerequisites import missing
 from tools.services import postgres
 
 
@@ -62,3 +71,64 @@ def test_servers_copied_from_one_template_share_no_data():
         finally:
             for engine in engines:
                 engine.dispose()
+
+
+@pytest.fixture
+def own_tmpdir(monkeypatch):
+    """A temp dir of the test's own as TMPDIR, which the postgres user can enter (pytest's
+    tmp_path is its owner's alone)."""
+    path = Path(tempfile.mkdtemp(prefix="templates-"))
+    path.chmod(0o755)
+    monkeypatch.setenv("TMPDIR", str(path))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_a_template_build_killed_midway_is_swept_and_made_again(own_tmpdir, monkeypatch):
+    """A build killed before its rename leaves its half-made cluster; the next server of
+    that kind removes it under the lock, makes the template whole and starts."""
+    if test_postgres.find_bin_dir() is None:
+        missing(postgres.INSTALL_HINT)
+    root = postgres.template_root()
+    builder = subprocess.Popen(
+        [sys.executable, "-c", "from tools.services.postgres import PostgresServer as P\n"
+         "P(database='killed').start()"],
+        cwd=Path(__file__).resolve().parents[3],
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not (building := [p for p in root.glob("*-*") if p.is_dir()]):
+            assert builder.poll() is None and time.monotonic() < deadline, "no build seen"
+            time.sleep(0.005)
+    finally:
+        os.killpg(builder.pid, signal.SIGKILL)
+        builder.wait()
+    [left] = building
+    assert left.exists()
+    with PostgresServer(database="killed") as server:
+        engine = make_engine(server.url)
+        try:
+            with engine.connect() as connection:
+                assert connection.execute(text("SELECT current_database()")).scalar() == "killed"
+        finally:
+            engine.dispose()
+    assert not left.exists()
+    assert [p.name for p in root.iterdir() if p.is_dir()] == [left.name.split("-")[0]]
+
+
+def test_changed_initdb_options_make_a_template_of_their_own(own_tmpdir, monkeypatch):
+    def data_checksums() -> str:
+        with PostgresServer(database="options") as server:
+            engine = make_engine(server.url)
+            try:
+                with engine.connect() as connection:
+                    return connection.execute(text("SHOW data_checksums")).scalar()
+            finally:
+                engine.dispose()
+
+    assert data_checksums() == "off"
+    monkeypatch.setattr(postgres, "_INITDB_OPTIONS", (*postgres._INITDB_OPTIONS, "-k"))
+    assert data_checksums() == "on"
+    assert len([p for p in postgres.template_root().iterdir() if p.is_dir()]) == 2
