@@ -62,10 +62,10 @@ def qualified(name: str, quote: Callable[[str], str]) -> str:
     return ".".join(quote(part) for part in split_table_name(name))
 
 
-def in_text(sql_name: str) -> str:
-    """A name quoted for SQL as it goes into ``text()``, which would take a ``:word`` inside
-    its quotes for a bound parameter."""
-    return sql_name.replace(":", "\\:")
+def in_text(sql: str) -> str:
+    """SQL (a quoted name, a table's expression) as it goes into ``text()``, which would take
+    a ``:word`` inside its quotes for a bound parameter."""
+    return sql.replace(":", "\\:")
 
 
 def text_quoting(preparer: Any) -> Callable[[str], str]:

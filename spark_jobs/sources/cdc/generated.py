@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from spark_jobs.backlog.table_names import in_text
 from spark_jobs.sources.cdc.table import TableColumn, TableShape
 from spark_jobs.sources.cdc.values import postgres_text, read_column
 
@@ -68,9 +69,11 @@ def compute(table: TableShape, rows: pa.Table, select: Select) -> pa.Table:
         f"ELSE format('%s', CAST(({c.generated}) AS {c.type_name})) END"
         for c in generated
     )
+    # The expressions and names are the table's SQL, as written: a ``:v`` in them is no
+    # bound value.
+    head = in_text(f"SELECT {expressions} FROM (SELECT {typed}, backlog_row FROM unnest(")
     found = select(
-        f"SELECT {expressions} FROM (SELECT {typed}, backlog_row FROM unnest({arrays}) "
-        f"WITH ORDINALITY AS r({values}, backlog_row)) AS t ORDER BY backlog_row",
+        f"{head}{arrays}) WITH ORDINALITY AS r({values}, backlog_row)) AS t ORDER BY backlog_row",
         bound,
     )
     texts = list(zip(*found, strict=True)) if found else [()] * len(generated)

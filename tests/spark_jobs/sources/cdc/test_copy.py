@@ -491,6 +491,35 @@ def test_generated_values_take_their_column_s_type(
         copy.close()
 
 
+def test_a_colon_in_a_generated_expression_or_a_column_name_is_sql_not_a_parameter(
+    logical_server, database, target_url, tmp_path
+):
+    """The statement computing generated values went through ``text()``, which took the
+    ``:v`` of a literal and the ``:b`` of a column named ``a:b`` for bound values it was
+    never given: every change batch failed."""
+    kind = target_url.split(":")[0]
+    table = f"colons_{kind}"
+    with database.begin() as connection:  # as written: text() would read the colons too
+        cursor = connection.connection.cursor()
+        for statement in (
+            f'CREATE TABLE {table} (id int PRIMARY KEY, t text, "a:b" text, '
+            f"u text GENERATED ALWAYS AS (t || ':v' || \"a:b\" || '%s') STORED)",
+            f"INSERT INTO {table} (id, t, \"a:b\") SELECT g, 't' || g, ':x' FROM "
+            "generate_series(1, 5) g",
+        ):
+            cursor.execute(statement)
+    copy = CdcCopy(logical_server.url, table, target_url, tmp_path / "state", chunk_rows=2)
+    try:
+        copy.step()
+        assert copy.step(max_rows=2)
+        write(database, f"UPDATE {table} SET t = 'new' WHERE id IN (1, 5)")
+        copy.until_live_and_idle(max_rows=2)
+        assert copy.differences() == []
+        assert (5, "new:v:x%s") in rows(target_url, copy.target_table, "id, u")
+    finally:
+        copy.close()
+
+
 def test_virtual_and_stored_columns_under_a_publication_that_sends_the_stored(
     logical_server, database, target_url, tmp_path
 ):
