@@ -8,9 +8,11 @@ from pathlib import Path
 
 from spark_jobs.jobs import jvm_archive
 
-#: Options for every JVM of the suite. The client compiler alone spends about 30% less CPU
-#: on JVMs that live for seconds to minutes.
-BASE_OPTIONS = "-XX:TieredStopAtLevel=1"
+#: Options for every JVM of the suite, which live for seconds to minutes on two cores: the
+#: client compiler alone (about 30% less CPU), on one compiler thread, the serial collector
+#: (no concurrent marking or refinement threads) and no performance-data file: fewer
+#: threads competing for the cores (docs/testing.md has the measured pairs).
+BASE_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:CICompilerCount=1 -XX:+UseSerialGC -XX:-UsePerfData"
 
 
 def ensure_archive() -> Path:

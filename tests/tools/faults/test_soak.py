@@ -1,4 +1,4 @@
-"""The soak's judgement (slopes of floors against bounds per hour), and a two-minute soak
+"""The soak's judgement (slopes of floors against bounds per hour), and a one-minute soak
 whose retained series must level off: what an hour-long run would only show late."""
 
 import json
@@ -106,7 +106,7 @@ def test_a_short_soak_reports_every_series_and_keeps_the_retained_ones_flat(
     monkeypatch.setenv("SPARK_LOCAL_IP", os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"))
     conf = [arg for item in SHORT_RETENTION for arg in ("--conf", item)]
     # What it judges grows with batches, not with their rows: a tenth of the default rate.
-    argv = ["--minutes", "1.5", "--workdir", str(tmp_path), "--events", "20000", "--files", "4"]
+    argv = ["--minutes", "1.0", "--workdir", str(tmp_path), "--events", "20000", "--files", "4"]
     argv += ["--live-events-per-s", "200"]
     assert main([*argv, "--every", "1s", *conf]) == 0
     report = json.loads(capsys.readouterr().out.splitlines()[-1])
@@ -125,14 +125,14 @@ def test_a_short_soak_reports_every_series_and_keeps_the_retained_ones_flat(
     assert report["load_average_1min"] is not None
     series = report["series"]
     # The metrics journal, the metrics tables but backlog_checkpoints (which the retention,
-    # at least an hour, cannot thin in two minutes: one row a batch, no more), and the
+    # at least an hour, cannot thin in a minute: one row a batch, no more), and the
     # driver's log at the level the provider launches with (at INFO it grew by ~45 KiB a
     # batch).
     for key in ("journal_files", "transition_rows", "lease_rows", "driver_log_bytes"):
         assert series[key]["bounded"], (key, series[key])
     # Spark's offset and commit logs keep 2 batches here, 4 files each, and purge in steps:
     # the count saws between 12 and 16 files for tens of seconds at a time, too coarse for
-    # a slope over 45 s. A file a batch kept would pass 50 within the judged half.
+    # a slope over 30 s. A file a batch kept would pass 50 within the judged half.
     samples = [json.loads(line) for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
     judged = last_half(points(samples, "checkpoint_files"), first_batch_at(samples))
     assert max(files for _, files in judged) <= 20, judged
