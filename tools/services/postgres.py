@@ -24,6 +24,7 @@ import pwd
 import re
 import shlex
 import shutil
+import stat
 import subprocess
 import tempfile
 from collections.abc import Mapping
@@ -59,6 +60,22 @@ def template_root() -> Path:
     """Where the cluster templates are kept: one directory per effective user, as a
     template one user made another may neither lock nor copy."""
     return Path(tempfile.gettempdir()) / f"backlog-postgres-templates-{os.geteuid()}"
+
+
+def _own_directory(path: Path) -> Path:
+    """``path``, made if missing, refused unless it is a directory of this user's that no one
+    else may write: a template another user could plant or swap would run their settings
+    (a ``restore_command``) as this user. Made enterable whatever the umask, as the
+    ``postgres`` OS user builds in it when this user is root."""
+    path.mkdir(mode=0o755, exist_ok=True)
+    found = os.lstat(path)
+    if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.geteuid() or found.st_mode & 0o022:
+        raise PostgresUnavailable(
+            f"{path} is not a directory of this user's alone (owner uid {found.st_uid}, mode "
+            f"{stat.filemode(found.st_mode)}): remove it, or set TMPDIR to a directory of your own"
+        )
+    path.chmod(0o755)
+    return path
 
 
 def find_bin_dir() -> Path | None:
@@ -216,10 +233,10 @@ class PostgresServer:
             [bin_dir, binary.st_size, binary.st_mtime_ns, _INITDB_OPTIONS, user, database]
         )
         digest = hashlib.sha256(key.encode()).hexdigest()[:16]
-        root = template_root()
-        root.mkdir(mode=0o755, exist_ok=True)
+        root = _own_directory(template_root())
         template = root / digest
-        with open(root / f"{digest}.lock", "w") as lock:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW
+        with open(os.open(root / f"{digest}.lock", flags, 0o600), "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if not template.is_dir():
                 # What a build killed before its rename left: nobody else builds it now.

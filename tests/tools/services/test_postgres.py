@@ -132,3 +132,23 @@ def test_changed_initdb_options_make_a_template_of_their_own(own_tmpdir, monkeyp
     monkeypatch.setattr(postgres, "_INITDB_OPTIONS", (*postgres._INITDB_OPTIONS, "-k"))
     assert data_checksums() == "on"
     assert len([p for p in postgres.template_root().iterdir() if p.is_dir()]) == 2
+
+
+def test_a_template_directory_another_may_write_is_refused_and_a_strict_umask_is_fine(
+    own_tmpdir,
+):
+    """Another user's (or a world-writable) directory could hold a planted template, whose
+    settings would run as this user; a strict umask made the directory one the postgres
+    OS user could not enter, and every start failed."""
+    root = postgres.template_root()
+    root.mkdir()
+    root.chmod(0o777)
+    with pytest.raises(postgres.PostgresUnavailable, match=r"is not a directory of this user"):
+        postgres.PostgresServer(database="planted").start()
+    root.rmdir()
+    previous = os.umask(0o077)
+    try:
+        with PostgresServer(database="strict") as server:
+            assert server.running
+    finally:
+        os.umask(previous)
