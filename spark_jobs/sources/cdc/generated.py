@@ -16,6 +16,7 @@ value can be computed here, and the changelog reads the row again (a refresh).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
@@ -71,9 +72,12 @@ def compute(table: TableShape, rows: pa.Table, select: Select) -> pa.Table:
     )
     # The expressions and names are the table's SQL, as written: a ``:v`` in them is no
     # bound value.
-    head = in_text(f"SELECT {expressions} FROM (SELECT {typed}, backlog_row FROM unnest(")
+    # The rows' order, under a name none of the table's columns has.
+    names = {c.name for c in table.columns}
+    order = next(n for n in (f"backlog_row{'_' * i}" for i in itertools.count()) if n not in names)
+    head = in_text(f"SELECT {expressions} FROM (SELECT {typed}, {order} FROM unnest(")
     found = select(
-        f"{head}{arrays}) WITH ORDINALITY AS r({values}, backlog_row)) AS t ORDER BY backlog_row",
+        f"{head}{arrays}) WITH ORDINALITY AS r({values}, {order})) AS t ORDER BY {order}",
         bound,
     )
     texts = list(zip(*found, strict=True)) if found else [()] * len(generated)

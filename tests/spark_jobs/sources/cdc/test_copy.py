@@ -520,6 +520,31 @@ def test_a_colon_in_a_generated_expression_or_a_column_name_is_sql_not_a_paramet
         copy.close()
 
 
+def test_a_column_named_as_the_statement_s_row_order_is_computed_from(
+    logical_server, database, target_url, tmp_path
+):
+    """The statement computing generated values numbered its rows ``backlog_row``: a table
+    with a column of that name made it ambiguous, and every change batch failed."""
+    kind = target_url.split(":")[0]
+    table = f"row_named_{kind}"
+    write(
+        database,
+        f"CREATE TABLE {table} (id int PRIMARY KEY, backlog_row int, "
+        "doubled int GENERATED ALWAYS AS (backlog_row * 2) STORED)",
+        f"INSERT INTO {table} (id, backlog_row) SELECT g, g FROM generate_series(1, 4) g",
+    )
+    copy = CdcCopy(logical_server.url, table, target_url, tmp_path / "state", chunk_rows=2)
+    try:
+        copy.step()
+        assert copy.step(max_rows=2)
+        write(database, f"UPDATE {table} SET backlog_row = 10 WHERE id IN (1, 4)")
+        copy.until_live_and_idle(max_rows=2)
+        assert copy.differences() == []
+        assert (4, 10, 20) in rows(target_url, copy.target_table, "id, backlog_row, doubled")
+    finally:
+        copy.close()
+
+
 def test_virtual_and_stored_columns_under_a_publication_that_sends_the_stored(
     logical_server, database, target_url, tmp_path
 ):
