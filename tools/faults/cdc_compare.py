@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import sqlalchemy as sa
 
-from spark_jobs.backlog.table_names import qualified, text_quoting
+from spark_jobs.backlog.table_names import in_text, qualified, text_quoting
 from spark_jobs.metrics.schema import make_engine
 from spark_jobs.sources.cdc.table import TableColumn, TableShape
 
@@ -48,9 +48,8 @@ def postgres_rows(url: str, table: str, shape: TableShape) -> Rows:
             for setting in OUTPUT_SETTINGS:
                 connection.execute(sa.text(setting))
             columns = ", ".join(output_text(quote(c.name)) for c in shape.columns)
-            found = connection.execute(
-                sa.text(f"SELECT {columns} FROM {qualified(table, quote)}")
-            ).all()
+            select = f"SELECT {columns} FROM {qualified(table, quote)}"
+            found = connection.execute(sa.text(in_text(select))).all()
     finally:
         engine.dispose()
     return _by_key(shape, [tuple(row) for row in found])
