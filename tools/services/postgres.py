@@ -39,7 +39,14 @@ INSTALL_HINT = (
 )
 _TOOLS = ("initdb", "pg_ctl", "postgres")
 #: How every cluster is made; part of its template's key, so a change makes new templates.
-_INITDB_OPTIONS = ("--auth=trust", "--encoding=UTF8", "--locale=C", "--no-sync")
+#: initdb syncs: a template outlives a crash of the machine, as its copies need not.
+_INITDB_OPTIONS = ("--auth=trust", "--encoding=UTF8", "--locale=C")
+#: Written into a template last: one without it (its files cleaned out of the temp dir by
+#: age, say) is made again instead of being copied into every later server.
+_COMPLETE = "backlog-template-complete"
+#: The environment every server command runs in: initdb writes the time zone it finds
+#: into the template, which would otherwise be the first builder's.
+_TOOL_ENVIRONMENT = {"LC_ALL": "C", "PGTZ": "UTC", "TZ": "UTC"}
 #: Settings for a server whose changes can be read through logical replication slots.
 LOGICAL_DECODING = {"wal_level": "logical", "max_replication_slots": "10", "max_wal_senders": "10"}
 
@@ -76,6 +83,13 @@ def _own_directory(path: Path) -> Path:
         )
     path.chmod(0o755)
     return path
+
+
+def binaries_digest(bin_dir: Path) -> str:
+    """What identifies a build of the server: the ``postgres`` binary's content (release
+    builds from npm all carry one fixed modification time)."""
+    with (bin_dir / "postgres").open("rb") as binary:
+        return hashlib.file_digest(binary, "sha256").hexdigest()
 
 
 def find_bin_dir() -> Path | None:
@@ -227,17 +241,16 @@ class PostgresServer:
         and database and kept in the temp dir for every later server to copy (made under a
         lock, so that servers started at once make it once, and renamed into place whole)."""
         assert self._bin is not None
-        binary = (self._bin / "postgres").stat()
-        bin_dir, user, database = str(self._bin), self.user, self.database
-        key = json.dumps(
-            [bin_dir, binary.st_size, binary.st_mtime_ns, _INITDB_OPTIONS, user, database]
-        )
+        build = binaries_digest(self._bin)
+        key = json.dumps([str(self._bin), build, _INITDB_OPTIONS, self.user, self.database])
         digest = hashlib.sha256(key.encode()).hexdigest()[:16]
         root = _own_directory(template_root())
         template = root / digest
         flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW
         with open(os.open(root / f"{digest}.lock", flags, 0o600), "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
+            if template.is_dir() and not (template / _COMPLETE).is_file():
+                shutil.rmtree(template)
             if not template.is_dir():
                 # What a build killed before its rename left: nobody else builds it now.
                 for left in root.glob(f"{digest}-*"):
@@ -247,7 +260,11 @@ class PostgresServer:
                     if as_postgres:
                         shutil.chown(making, "postgres", "postgres")
                     self._init_cluster(making)
+                    _write_synced(making / _COMPLETE, "made by tools/services/postgres.py\n")
+                    if as_postgres:
+                        shutil.chown(making / _COMPLETE, "postgres", "postgres")
                     making.rename(template)
+                    _sync_directory(root)
                 finally:
                     shutil.rmtree(making, ignore_errors=True)
         return template
@@ -274,7 +291,7 @@ class PostgresServer:
         result = subprocess.run(
             command,
             cwd=self._base,
-            env={**os.environ, "LC_ALL": "C", "PGTZ": "UTC"},
+            env={**os.environ, **_TOOL_ENVIRONMENT},
             input=stdin,
             capture_output=True,
             text=True,
@@ -290,3 +307,19 @@ class PostgresServer:
                 f"{result.stdout}{result.stderr}{server_log}"
             )
         return result.stdout + result.stderr
+
+
+def _write_synced(path: Path, content: str) -> None:
+    with path.open("w") as out:
+        out.write(content)
+        out.flush()
+        os.fsync(out.fileno())
+
+
+def _sync_directory(path: Path) -> None:
+    """Make a rename in ``path`` outlive a crash."""
+    descriptor = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)

@@ -99,7 +99,8 @@ def test_a_template_build_killed_midway_is_swept_and_made_again(own_tmpdir, monk
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 60
-        while not (building := [p for p in root.glob("*-*") if p.is_dir()]):
+        # Killed once initdb has written some of the cluster, not before it began.
+        while not (building := [p for p in root.glob("*-*") if p.is_dir() and any(p.iterdir())]):
             assert builder.poll() is None and time.monotonic() < deadline, "no build seen"
             time.sleep(0.005)
     finally:
@@ -119,18 +120,9 @@ def test_a_template_build_killed_midway_is_swept_and_made_again(own_tmpdir, monk
 
 
 def test_changed_initdb_options_make_a_template_of_their_own(own_tmpdir, monkeypatch):
-    def data_checksums() -> str:
-        with PostgresServer(database="options") as server:
-            engine = make_engine(server.url)
-            try:
-                with engine.connect() as connection:
-                    return connection.execute(text("SHOW data_checksums")).scalar()
-            finally:
-                engine.dispose()
-
-    assert data_checksums() == "off"
+    assert show("options", "data_checksums") == "off"
     monkeypatch.setattr(postgres, "_INITDB_OPTIONS", (*postgres._INITDB_OPTIONS, "-k"))
-    assert data_checksums() == "on"
+    assert show("options", "data_checksums") == "on"
     assert len([p for p in postgres.template_root().iterdir() if p.is_dir()]) == 2
 
 
@@ -152,3 +144,44 @@ def test_a_template_directory_another_may_write_is_refused_and_a_strict_umask_is
             assert server.running
     finally:
         os.umask(previous)
+
+
+def show(database: str, setting: str) -> str:
+    """``SHOW setting`` on a new server of ``database``."""
+    with PostgresServer(database=database) as server:
+        engine = make_engine(server.url)
+        try:
+            with engine.connect() as connection:
+                return connection.execute(text(f"SHOW {setting}")).scalar()
+        finally:
+            engine.dispose()
+
+
+def test_a_template_whose_files_were_cleaned_out_is_made_again(own_tmpdir):
+    """A temp-dir cleaner removes files by age and may leave the directories: a template
+    without its files made every later server fail to start, for good."""
+    assert show("cleaned", "server_encoding") == "UTF8"
+    [template] = [p for p in postgres.template_root().iterdir() if p.is_dir()]
+    for directory, _, files in os.walk(template):
+        for name in files:
+            os.unlink(os.path.join(directory, name))
+    assert show("cleaned", "server_encoding") == "UTF8"
+    assert (template / "PG_VERSION").is_file()
+
+
+def test_the_builder_s_time_zone_does_not_become_every_server_s(own_tmpdir, monkeypatch):
+    """initdb writes the time zone it finds into the cluster: servers copied from a template
+    a user with another TZ made would run in that user's zone."""
+    monkeypatch.setenv("TZ", "America/New_York")
+    assert show("zoned", "TimeZone") == "UTC"
+
+
+def test_a_rebuilt_server_binary_of_the_same_size_and_time_is_another_build(tmp_path):
+    binary = tmp_path / "postgres"
+    digests = []
+    fixed = 499_137_600 * 10**9  # one time for every build, as the npm releases carry
+    for content in (b"a" * 4096, b"b" * 4096):
+        binary.write_bytes(content)
+        os.utime(binary, ns=(fixed, fixed))
+        digests.append(postgres.binaries_digest(tmp_path))
+    assert digests[0] != digests[1]
