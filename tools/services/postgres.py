@@ -27,8 +27,10 @@ import shutil
 import stat
 import subprocess
 import tempfile
+import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import IO
 
 from tools.services.ports import free_port
 
@@ -44,6 +46,9 @@ _INITDB_OPTIONS = ("--auth=trust", "--encoding=UTF8", "--locale=C")
 #: Written into a template last: one without it (its files cleaned out of the temp dir by
 #: age, say) is made again instead of being copied into every later server.
 _COMPLETE = "backlog-template-complete"
+#: How long a server waits for another process's build of its template: a build takes
+#: seconds, so a lock held longer is a builder stopped or hung, which the error names.
+_LOCK_WAIT_S = 300.0
 #: The environment every server command runs in: initdb writes the time zone it finds
 #: into the template, which would otherwise be the first builder's.
 _TOOL_ENVIRONMENT = {"LC_ALL": "C", "PGTZ": "UTC", "TZ": "UTC"}
@@ -248,7 +253,7 @@ class PostgresServer:
         template = root / digest
         flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW
         with open(os.open(root / f"{digest}.lock", flags, 0o600), "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+            _wait_for_lock(lock, root / f"{digest}.lock")
             if template.is_dir() and not (template / _COMPLETE).is_file():
                 shutil.rmtree(template)
             if not template.is_dir():
@@ -307,6 +312,21 @@ class PostgresServer:
                 f"{result.stdout}{result.stderr}{server_log}"
             )
         return result.stdout + result.stderr
+
+
+def _wait_for_lock(lock: IO[str], path: Path) -> None:
+    deadline = time.monotonic() + _LOCK_WAIT_S
+    while True:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"{path} has been held for over {_LOCK_WAIT_S:g} s by another process "
+                    f"building this template: end that process (fuser {path} shows it)"
+                ) from None
+            time.sleep(0.05)
 
 
 def _write_synced(path: Path, content: str) -> None:

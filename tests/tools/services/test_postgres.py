@@ -1,3 +1,4 @@
+import fcntl
 import os
 import shutil
 import signal
@@ -185,3 +186,17 @@ def test_a_rebuilt_server_binary_of_the_same_size_and_time_is_another_build(tmp_
         os.utime(binary, ns=(fixed, fixed))
         digests.append(postgres.binaries_digest(tmp_path))
     assert digests[0] != digests[1]
+
+
+def test_a_template_lock_held_too_long_is_an_error_naming_it(own_tmpdir, monkeypatch):
+    """A builder stopped while it holds the lock kept every later server waiting forever."""
+    assert show("held", "server_encoding") == "UTF8"
+    [path] = postgres.template_root().glob("*.lock")
+    monkeypatch.setattr(postgres, "_LOCK_WAIT_S", 0.5)
+    waiting = PostgresServer(database="held")
+    with path.open("w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with pytest.raises(RuntimeError, match=rf"{path} has been held for over 0.5 s by another"):
+            waiting.start()
+    waiting.close()
+    assert show("held", "server_encoding") == "UTF8"
