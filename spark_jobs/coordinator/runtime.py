@@ -57,7 +57,6 @@ from spark_jobs.sources.backlog_kafka import BacklogKafkaDataSource
 from spark_jobs.sources.gate import PlanChannel
 from spark_jobs.sources.hybrid import HybridDataSource
 from spark_jobs.sources.postgres_cdc import PostgresCdcDataSource
-from spark_jobs.storage.checkpoint_files import MANAGER_KEY, local_checkpoint_manager
 from spark_jobs.storage.files import normalize_location
 
 logger = logging.getLogger(__name__)
@@ -176,7 +175,6 @@ class BacklogRuntime:
         self._cadence_s = self.config.interval_s
         self._stops_when_fenced = False
         self._fenced_at = 0.0
-        self._manager_set = False
         self.started_with: list[QueryStart] = []
         logger.info("backlog-aware checkpointing: %s", self.config.describe())
 
@@ -201,11 +199,6 @@ class BacklogRuntime:
         if self._lease is not None:
             raise RuntimeError("this runtime already holds a lease")
         location = normalize_location(checkpoint_location)
-        manager = local_checkpoint_manager(location, self.spark.conf.get(MANAGER_KEY, None))
-        if manager is not None:  # spark_jobs/storage/checkpoint_files.py: no process per file
-            # For this runtime's queries only: close() leaves the session as it found it.
-            self.spark.conf.set(MANAGER_KEY, manager)
-            self._manager_set = True
         ttl_s = self.config.lease_ttl_s
         store = LeaseStore(self.config.metrics_url)
         handover_s = self.config.lease_handover_wait_s
@@ -510,8 +503,6 @@ class BacklogRuntime:
         not keep the rows from the journal or the query from stopping)."""
         with ExitStack() as steps:  # run last-registered first
             steps.callback(shutil.rmtree, self._channel.directory, ignore_errors=True)
-            if self._manager_set:
-                steps.callback(self.spark.conf.unset, MANAGER_KEY)
             if self._lease is not None:
                 steps.callback(self._release_lease, self._lease)
             if self.recorder is not None:

@@ -10,7 +10,6 @@ from spark_jobs.metrics.schema import (
     make_engine,
     metadata,
 )
-from spark_jobs.storage.checkpoint_files import FILE_SYSTEM_BASED, MANAGER_KEY
 
 CONF = {
     "spark.backlog.job-name": "password-check",
@@ -78,44 +77,3 @@ def test_the_driver_deletes_its_jobs_rows_older_than_the_retention(spark, tmp_pa
     # The job's latest row stays as its last state; another job's rows are not its to delete.
     assert remaining() == [("other-job", 0), ("other-job", 1), ("other-job", 2), ("retained", 2)]
     engine.dispose()
-
-
-def checkpoint_manager(spark, location: str) -> str:
-    """The class Spark writes a query's checkpoint at ``location`` with, as a query starting
-    now would: from the session's conf."""
-    jvm = spark._jvm
-    hadoop_conf = spark._jsparkSession.sessionState().newHadoopConf()
-    managers = jvm.org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager
-    manager = managers.create(jvm.org.apache.hadoop.fs.Path(location), hadoop_conf)
-    return manager.getClass().getName()
-
-
-def test_a_local_checkpoint_is_written_through_the_file_system_api_unless_one_is_named(
-    spark, tmp_path
-):
-    """Spark's default manager starts processes for each file it writes on a local disk
-    (spark_jobs/storage/checkpoint_files.py): the run holding the checkpoint's lease
-    switches it for its queries; a manager the user named stays."""
-    named = FILE_SYSTEM_BASED.replace("FileSystemBased", "FileContextBased")
-    conf = {
-        "spark.backlog.job-name": "managers",
-        "spark.backlog.metrics.url": f"sqlite:///{tmp_path}/metrics.db",
-    }
-    found = []
-    try:
-        for index, chosen in enumerate((None, named)):
-            for key, value in (conf | ({MANAGER_KEY: chosen} if chosen else {})).items():
-                spark.conf.set(key, value)
-            checkpoint = str(tmp_path / f"check point {index}")
-            runtime = BacklogRuntime(spark)
-            try:
-                runtime.hold_lease(checkpoint)
-                found.append(checkpoint_manager(spark, checkpoint))
-            finally:
-                runtime.close()
-            found.append(spark.conf.get(MANAGER_KEY, None))
-    finally:
-        for key in (*conf, MANAGER_KEY):
-            spark.conf.unset(key)
-    # Closed, the runtime leaves the session as it found it.
-    assert found == [FILE_SYSTEM_BASED, None, named, named]

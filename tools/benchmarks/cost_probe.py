@@ -45,7 +45,6 @@ from spark_jobs.coordinator.runtime import NO_DATA_BATCHES, BacklogRuntime
 from spark_jobs.jobs import events_pipeline
 from spark_jobs.jobs.startup import JavaMissing, prepare_driver_environment, require_java
 from spark_jobs.sources.hybrid import HybridDataSource
-from spark_jobs.storage.checkpoint_files import FILE_SYSTEM_BASED, MANAGER_KEY
 from tools.data.events import history_range, write_history
 from tools.pipelines.runs import say
 
@@ -93,8 +92,6 @@ VARIANTS = (
         TODAY | {"spark.sql.streaming.stateStore.checkpointFormatVersion": "2"},
     ),
     Variant("no-codegen", "plain", TODAY | {"spark.sql.codegen.wholeStage": "false"}),
-    # What a run holding a local checkpoint's lease sets (spark_jobs/storage/checkpoint_files.py).
-    Variant("file-system-checkpoint-files", "plain", TODAY | {MANAGER_KEY: FILE_SYSTEM_BASED}),
     Variant("tuned", "plain", TUNED, ("--rows-per-partition", HALF_BATCH)),
     Variant("tuned-gated", "gated", TUNED, ("--rows-per-partition", HALF_BATCH)),
 )
