@@ -324,7 +324,8 @@ def _wait_for_lock(lock: IO[str], path: Path) -> None:
             if time.monotonic() > deadline:
                 raise RuntimeError(
                     f"{path} has been held for over {_LOCK_WAIT_S:g} s by another process "
-                    f"building this template: end that process (fuser {path} shows it)"
+                    "building this template: end that process (lslocks names it; every "
+                    "server waiting for it has the file open too)"
                 ) from None
             time.sleep(0.05)
 
