@@ -15,6 +15,7 @@ about a CPU-second each time, and the suite starts some seventy servers.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import glob
 import hashlib
@@ -28,7 +29,7 @@ import stat
 import subprocess
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import IO
 
@@ -237,14 +238,17 @@ class PostgresServer:
             if owner is not None:
                 os.chown(directory, owner.pw_uid, owner.pw_gid)
         self.port = free_port()
-        template = self._template(owner is not None)
-        # -a keeps the postgres user's ownership and the data directory's 0700.
-        subprocess.run(["cp", "-a", f"{template}/.", str(self._data_dir)], check=True)
+        with self._template(owner is not None) as template:
+            # -a keeps the postgres user's ownership and the data directory's 0700.
+            subprocess.run(["cp", "-a", f"{template}/.", str(self._data_dir)], check=True)
 
-    def _template(self, as_postgres: bool) -> Path:
+    @contextlib.contextmanager
+    def _template(self, as_postgres: bool) -> Iterator[Path]:
         """A cluster holding the database, made once for these binaries, initdb options, user
-        and database and kept in the temp dir for every later server to copy (made under a
-        lock, so that servers started at once make it once, and renamed into place whole)."""
+        and database and kept in the temp dir for every later server to copy: made under the
+        template's lock held exclusively, so that servers started at once make it once, and
+        renamed into place whole; copied under it held shared, so that a server finding the
+        template incomplete removes it only once no copy of it runs."""
         assert self._bin is not None
         build = binaries_digest(self._bin)
         key = json.dumps([str(self._bin), build, _INITDB_OPTIONS, self.user, self.database])
@@ -253,7 +257,7 @@ class PostgresServer:
         template = root / digest
         flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW
         with open(os.open(root / f"{digest}.lock", flags, 0o600), "w") as lock:
-            _wait_for_lock(lock, root / f"{digest}.lock")
+            _wait_for_lock(lock, root / f"{digest}.lock", fcntl.LOCK_EX)
             if template.is_dir() and not (template / _COMPLETE).is_file():
                 shutil.rmtree(template)
             if not template.is_dir():
@@ -272,7 +276,9 @@ class PostgresServer:
                     _sync_directory(root)
                 finally:
                     shutil.rmtree(making, ignore_errors=True)
-        return template
+            # Not atomic: a server taking the lock meanwhile finds the template complete.
+            _wait_for_lock(lock, root / f"{digest}.lock", fcntl.LOCK_SH)
+            yield template
 
     def _init_cluster(self, data_dir: Path) -> None:
         self._run("initdb", "-D", str(data_dir), "-U", self.user, *_INITDB_OPTIONS)
@@ -314,18 +320,18 @@ class PostgresServer:
         return result.stdout + result.stderr
 
 
-def _wait_for_lock(lock: IO[str], path: Path) -> None:
+def _wait_for_lock(lock: IO[str], path: Path, mode: int) -> None:
     deadline = time.monotonic() + _LOCK_WAIT_S
     while True:
         try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(lock, mode | fcntl.LOCK_NB)
             return
         except BlockingIOError:
             if time.monotonic() > deadline:
                 raise RuntimeError(
                     f"{path} has been held for over {_LOCK_WAIT_S:g} s by another process "
-                    "building this template: end that process (lslocks names it; every "
-                    "server waiting for it has the file open too)"
+                    "building or copying this template: end that process (lslocks names it; "
+                    "every server waiting for it has the file open too)"
                 ) from None
             time.sleep(0.05)
 

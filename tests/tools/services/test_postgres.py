@@ -200,3 +200,28 @@ def test_a_template_lock_held_too_long_is_an_error_naming_it(own_tmpdir, monkeyp
             waiting.start()
     waiting.close()
     assert show("held", "server_encoding") == "UTF8"
+
+
+def test_a_template_is_copied_under_its_lock_held_shared(own_tmpdir, monkeypatch):
+    """A server finding the template incomplete (a temp-dir cleaner took its marker) removed
+    it while another server was copying it: that copy failed, or started from half a
+    cluster. Copies share the lock, so another may copy meanwhile but none may remove."""
+    assert show("copied", "server_encoding") == "UTF8"
+    [path] = postgres.template_root().glob("*.lock")
+    seen = []
+    run = subprocess.run
+
+    def copying(command, *args, **kwargs):
+        if command[0] == "cp":
+            for mode in (fcntl.LOCK_SH, fcntl.LOCK_EX):
+                with path.open("a") as other:
+                    try:
+                        fcntl.flock(other, mode | fcntl.LOCK_NB)
+                        seen.append((mode, "taken"))
+                    except BlockingIOError:
+                        seen.append((mode, "refused"))
+        return run(command, *args, **kwargs)
+
+    monkeypatch.setattr(postgres.subprocess, "run", copying)
+    assert show("copied", "server_encoding") == "UTF8"
+    assert seen == [(fcntl.LOCK_SH, "taken"), (fcntl.LOCK_EX, "refused")]
