@@ -45,6 +45,21 @@ def write(database, *statements: str) -> None:
             connection.execute(text(statement))
 
 
+def catch_up(copy: CdcCopy, database, rows: int, *rounds: list[str], mid_snapshot=False) -> None:
+    """The copy's first start, then each round of statements committed in one transaction and
+    the copy brought live and idle after it, ``rows`` a batch; with ``mid_snapshot`` the first
+    round lands after one snapshot batch, while chunks remain. Ends equal to the table."""
+    copy.step()
+    if mid_snapshot:
+        assert copy.step(max_rows=rows)
+    else:
+        copy.until_live_and_idle(max_rows=rows)
+    for statements in rounds:
+        write(database, *statements)
+        copy.until_live_and_idle(max_rows=rows)
+    assert copy.differences() == []
+
+
 def server_version(database) -> int:
     with database.connect() as connection:
         return int(connection.execute(text("SHOW server_version_num")).scalar_one())
@@ -254,7 +269,7 @@ def test_every_type_is_copied_through_either_driver(
 
 
 def test_a_table_whose_names_collide_with_the_change_columns_or_hold_dots_and_quotes(
-    logical_server, database, target_url, tmp_path
+    copies, database, target_url
 ):
     """Columns named as the change columns (``_op``...) made Spark refuse the schema
     ("Field _op exists 2 times"); a name with a dot could not be given; a ``char(n)`` key
@@ -272,23 +287,16 @@ def test_a_table_whose_names_collide_with_the_change_columns_or_hold_dots_and_qu
         "CASE i % 3 WHEN 1 THEN chr(1) WHEN 2 THEN 'b' ELSE '' END, 'op' || i, i, -i, "
         "timestamptz '2026-01-01' + i * interval '1 day', NULL, 'x' FROM generate_series(0, 20) i",
     )
-    copy = CdcCopy(logical_server.url, table, target_url, tmp_path / "state", chunk_rows=4)
-    try:
-        assert [f.name for f in copy.shape.change_fields] == [
-            "__op", "__lsn", "__seq", "__commit_time", "__unchanged"
-        ]  # fmt: skip
-        copy.step()
-        copy.until_live_and_idle(max_rows=4)
-        write(
-            database,
-            f"UPDATE {table} SET \"_op\" = 'changed', code = 'zz' WHERE code = 'b'",
-            f"DELETE FROM {table} WHERE code = 'a'",
-            f"INSERT INTO {table} VALUES ('a', 'new', 1, 2, now(), 'u', 'y')",
-        )
-        copy.until_live_and_idle(max_rows=4)
-        assert copy.differences() == []
-    finally:
-        copy.close()
+    copy = copies(table, chunk_rows=4)
+    assert [f.name for f in copy.shape.change_fields] == [
+        "__op", "__lsn", "__seq", "__commit_time", "__unchanged"
+    ]  # fmt: skip
+    changes = [
+        f"UPDATE {table} SET \"_op\" = 'changed', code = 'zz' WHERE code = 'b'",
+        f"DELETE FROM {table} WHERE code = 'a'",
+        f"INSERT INTO {table} VALUES ('a', 'new', 1, 2, now(), 'u', 'y')",
+    ]
+    catch_up(copy, database, 4, changes)
 
 
 def test_text_keys_under_a_language_collation_are_chunked_in_byte_order(
@@ -360,7 +368,7 @@ def test_a_value_that_starts_with_a_byte_order_mark_keeps_it(
 
 @pytest.mark.parametrize("publish_generated", [False, True], ids=["published", "sent"])
 def test_stored_generated_columns_are_computed_as_the_source_computes_them(
-    logical_server, database, target_url, tmp_path, publish_generated
+    copies, database, target_url, publish_generated
 ):
     """pgoutput sends no generated value: the first change failed the copy forever. Each is
     computed by the source from the row the change gives; where an update left a value it
@@ -388,39 +396,25 @@ def test_stored_generated_columns_are_computed_as_the_source_computes_them(
             for name in fields.values()
         ],
     )
-    copy = CdcCopy(
-        logical_server.url, table, target_url, tmp_path / "state", chunk_rows=4, **fields
-    )
-    try:
-        assert [c.name for c in copy.shape.generated_columns] == [
-            "total",
-            "headline",
-            "body_length",
-        ]
-        copy.step()
-        assert copy.step(max_rows=4)
-        # Beside the snapshot: a copied key and keys not copied yet.
-        write(database, f"UPDATE {table} SET qty = qty + 1 WHERE id IN (2, 10)")
-        copy.until_live_and_idle(max_rows=4)
-        write(
-            database,
-            f"UPDATE {table} SET price = 9.99 WHERE id = 1",
-            f"UPDATE {table} SET title = 'new' WHERE id = 3",
-            f"UPDATE {table} SET qty = 0 WHERE id = 4",
-            f"UPDATE {table} SET body = 'short' WHERE id = 5",
-            f"UPDATE {table} SET id = 50, title = 'moved' WHERE id = 6",
-            f"INSERT INTO {table} (id, price, qty, title, body) VALUES (60, NULL, 1, 'n', NULL)",
-            f"DELETE FROM {table} WHERE id = 7",
-        )
-        copy.until_live_and_idle(max_rows=4)
-        assert not any(copy.phases[copy.phases.index(False) :]), copy.phases
-        assert copy.differences() == []
-    finally:
-        copy.close()
+    copy = copies(table, chunk_rows=4, **fields)
+    assert [c.name for c in copy.shape.generated_columns] == ["total", "headline", "body_length"]
+    # Beside the snapshot: a copied key and keys not copied yet; then live changes.
+    beside = [f"UPDATE {table} SET qty = qty + 1 WHERE id IN (2, 10)"]
+    live = [
+        f"UPDATE {table} SET price = 9.99 WHERE id = 1",
+        f"UPDATE {table} SET title = 'new' WHERE id = 3",
+        f"UPDATE {table} SET qty = 0 WHERE id = 4",
+        f"UPDATE {table} SET body = 'short' WHERE id = 5",
+        f"UPDATE {table} SET id = 50, title = 'moved' WHERE id = 6",
+        f"INSERT INTO {table} (id, price, qty, title, body) VALUES (60, NULL, 1, 'n', NULL)",
+        f"DELETE FROM {table} WHERE id = 7",
+    ]
+    catch_up(copy, database, 4, beside, live, mid_snapshot=True)
+    assert not any(copy.phases[copy.phases.index(False) :]), copy.phases
 
 
 def test_virtual_generated_columns_are_computed_as_the_source_computes_them(
-    logical_server, database, target_url, tmp_path
+    copies, database, target_url
 ):
     """PostgreSQL 18's virtual generated columns (its default kind) were taken for ordinary
     ones: pgoutput never sends them, so the first change failed the copy as a table that
@@ -436,30 +430,20 @@ def test_virtual_generated_columns_are_computed_as_the_source_computes_them(
         "stored int GENERATED ALWAYS AS (a + 1) STORED)",
         f"INSERT INTO {table} (id, a) SELECT g, g FROM generate_series(1, 9) g",
     )
-    copy = CdcCopy(logical_server.url, table, target_url, tmp_path / "state", chunk_rows=4)
-    try:
-        assert [c.name for c in copy.shape.generated_columns] == ["doubled", "stored"]
-        copy.step()
-        assert copy.step(max_rows=4)
-        write(database, f"UPDATE {table} SET a = 100 WHERE id IN (1, 9)")
-        copy.until_live_and_idle(max_rows=4)
-        write(
-            database,
-            f"UPDATE {table} SET a = -1 WHERE id = 2",
-            f"UPDATE {table} SET id = 20 WHERE id = 3",
-            f"INSERT INTO {table} (id, a) VALUES (30, NULL)",
-        )
-        copy.until_live_and_idle(max_rows=4)
-        assert copy.differences() == []
-        assert (20, 3, 6, 4) in rows(target_url, copy.target_table, "id, a, doubled, stored")
-    finally:
-        copy.close()
+    copy = copies(table, chunk_rows=4)
+    assert [c.name for c in copy.shape.generated_columns] == ["doubled", "stored"]
+    beside = [f"UPDATE {table} SET a = 100 WHERE id IN (1, 9)"]
+    live = [
+        f"UPDATE {table} SET a = -1 WHERE id = 2",
+        f"UPDATE {table} SET id = 20 WHERE id = 3",
+        f"INSERT INTO {table} (id, a) VALUES (30, NULL)",
+    ]
+    catch_up(copy, database, 4, beside, live, mid_snapshot=True)
+    assert (20, 3, 6, 4) in rows(target_url, copy.target_table, "id, a, doubled, stored")
 
 
 @pytest.mark.parametrize("stored", ["STORED", "VIRTUAL"])
-def test_generated_values_take_their_column_s_type(
-    logical_server, database, target_url, tmp_path, stored
-):
+def test_generated_values_take_their_column_s_type(copies, database, target_url, stored):
     """An expression's own type is not its column's: ``a / 3.0`` into ``numeric(6, 1)``
     rounds, into ``int`` too, a ``timestamp(3)`` into ``timestamp(0)``, a text into
     ``char(4)`` pads. The values computed for changes skipped that conversion: a SQLite copy
@@ -478,21 +462,13 @@ def test_generated_values_take_their_column_s_type(
         f"INSERT INTO {table} (id, a, at) SELECT g, g, "
         "timestamp '2024-01-01 10:00:00.7' + g * interval '1 ms' FROM generate_series(1, 6) g",
     )
-    copy = CdcCopy(logical_server.url, table, target_url, tmp_path / "state", chunk_rows=4)
-    try:
-        copy.step()
-        assert copy.step(max_rows=4)
-        write(database, f"UPDATE {table} SET a = 10 WHERE id IN (1, 6)")
-        copy.until_live_and_idle(max_rows=4)
-        write(database, f"INSERT INTO {table} (id, a, at) VALUES (7, 7, '2024-01-01 10:00:00.5')")
-        copy.until_live_and_idle(max_rows=4)
-        assert copy.differences() == []
-    finally:
-        copy.close()
+    beside = [f"UPDATE {table} SET a = 10 WHERE id IN (1, 6)"]
+    live = [f"INSERT INTO {table} (id, a, at) VALUES (7, 7, '2024-01-01 10:00:00.5')"]
+    catch_up(copies(table, chunk_rows=4), database, 4, beside, live, mid_snapshot=True)
 
 
 def test_a_colon_in_a_generated_expression_or_a_column_name_is_sql_not_a_parameter(
-    logical_server, database, target_url, tmp_path
+    copies, database, target_url
 ):
     """The statement computing generated values went through ``text()``, which took the
     ``:v`` of a literal and the ``:b`` of a column named ``:b`` for bound values it was
@@ -509,21 +485,13 @@ def test_a_colon_in_a_generated_expression_or_a_column_name_is_sql_not_a_paramet
             "generate_series(1, 5) g",
         ):
             cursor.execute(statement)
-    copy = CdcCopy(logical_server.url, table, target_url, tmp_path / "state", chunk_rows=2)
-    try:
-        copy.step()
-        assert copy.step(max_rows=2)
-        write(database, f"UPDATE {table} SET t = 'new' WHERE id IN (1, 5)")
-        copy.until_live_and_idle(max_rows=2)
-        assert copy.differences() == []
-        assert (5, "new:v:x%s") in rows(target_url, copy.target_table, "id, u")
-    finally:
-        copy.close()
+    copy = copies(table, chunk_rows=2)
+    beside = [f"UPDATE {table} SET t = 'new' WHERE id IN (1, 5)"]
+    catch_up(copy, database, 2, beside, mid_snapshot=True)
+    assert (5, "new:v:x%s") in rows(target_url, copy.target_table, "id, u")
 
 
-def test_a_column_named_as_the_statement_s_row_order_is_computed_from(
-    logical_server, database, target_url, tmp_path
-):
+def test_a_column_named_as_the_statement_s_row_order_is_computed_from(copies, database, target_url):
     """The statement computing generated values numbered its rows ``backlog_row``: a table
     with a column of that name made it ambiguous, and every change batch failed."""
     kind = target_url.split(":")[0]
@@ -534,20 +502,14 @@ def test_a_column_named_as_the_statement_s_row_order_is_computed_from(
         "doubled int GENERATED ALWAYS AS (backlog_row * 2) STORED)",
         f"INSERT INTO {table} (id, backlog_row) SELECT g, g FROM generate_series(1, 4) g",
     )
-    copy = CdcCopy(logical_server.url, table, target_url, tmp_path / "state", chunk_rows=2)
-    try:
-        copy.step()
-        assert copy.step(max_rows=2)
-        write(database, f"UPDATE {table} SET backlog_row = 10 WHERE id IN (1, 4)")
-        copy.until_live_and_idle(max_rows=2)
-        assert copy.differences() == []
-        assert (4, 10, 20) in rows(target_url, copy.target_table, "id, backlog_row, doubled")
-    finally:
-        copy.close()
+    copy = copies(table, chunk_rows=2)
+    beside = [f"UPDATE {table} SET backlog_row = 10 WHERE id IN (1, 4)"]
+    catch_up(copy, database, 2, beside, mid_snapshot=True)
+    assert (4, 10, 20) in rows(target_url, copy.target_table, "id, backlog_row, doubled")
 
 
 def test_virtual_and_stored_columns_under_a_publication_that_sends_the_stored(
-    logical_server, database, target_url, tmp_path
+    copies, database, target_url
 ):
     """PostgreSQL 18 with publish_generated_columns = stored sends the stored column and never
     the virtual one: neither all columns nor only the ordinary ones, and the first change
@@ -565,26 +527,9 @@ def test_virtual_and_stored_columns_under_a_publication_that_sends_the_stored(
         f"CREATE PUBLICATION sent_{table} FOR TABLE {table} "
         "WITH (publish_generated_columns = stored)",
     )
-    copy = CdcCopy(
-        logical_server.url,
-        table,
-        target_url,
-        tmp_path / "state",
-        chunk_rows=2,
-        publication=f"sent_{table}",
-    )
-    try:
-        copy.step()
-        copy.until_live_and_idle(max_rows=2)
-        write(
-            database,
-            f"UPDATE {table} SET a = 100 WHERE id = 2",
-            f"DELETE FROM {table} WHERE id = 3",
-        )
-        copy.until_live_and_idle(max_rows=2)
-        assert copy.differences() == []
-    finally:
-        copy.close()
+    copy = copies(table, chunk_rows=2, publication=f"sent_{table}")
+    live = [f"UPDATE {table} SET a = 100 WHERE id = 2", f"DELETE FROM {table} WHERE id = 3"]
+    catch_up(copy, database, 2, live)
 
 
 def test_a_partitioned_table_is_copied_with_rows_moving_between_partitions(
