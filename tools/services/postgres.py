@@ -29,7 +29,7 @@ import stat
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import IO
 
@@ -50,6 +50,8 @@ _COMPLETE = "backlog-template-complete"
 #: How long a server waits for another process's build of its template: a build takes
 #: seconds, so a lock held longer is a builder stopped or hung, which the error names.
 _LOCK_WAIT_S = 300.0
+#: Copies a server makes of a template that changed under them before it gives up.
+_COPY_TRIES = 3
 #: The environment every server command runs in: initdb writes the time zone it finds
 #: into the template, which would otherwise be the first builder's.
 _TOOL_ENVIRONMENT = {"LC_ALL": "C", "PGTZ": "UTC", "TZ": "UTC"}
@@ -238,47 +240,65 @@ class PostgresServer:
             if owner is not None:
                 os.chown(directory, owner.pw_uid, owner.pw_gid)
         self.port = free_port()
-        with self._template(owner is not None) as template:
-            # -a keeps the postgres user's ownership and the data directory's 0700.
-            subprocess.run(["cp", "-a", f"{template}/.", str(self._data_dir)], check=True)
+        self._copy_template(owner is not None)
+
+    def _copy_template(self, as_postgres: bool) -> None:
+        """The data directory filled from the template, under its lock held shared. A copy
+        counts once the lock file still bears its name and the marker came along: a lock
+        file removed meanwhile (a temp-dir cleaner) let another server remove the template
+        under the copy, which may then end short without an error."""
+        for _ in range(_COPY_TRIES):
+            with self._template(as_postgres) as (template, lock_held):
+                # -a keeps the postgres user's ownership and the data directory's 0700.
+                subprocess.run(["cp", "-a", f"{template}/.", str(self._data_dir)], check=True)
+                if lock_held() and (self._data_dir / _COMPLETE).is_file():
+                    return
+            _empty(self._data_dir)
+        raise RuntimeError(
+            f"the template of {self._data_dir} changed during each of {_COPY_TRIES} copies: "
+            f"something keeps removing files in {template_root()}"
+        )
 
     @contextlib.contextmanager
-    def _template(self, as_postgres: bool) -> Iterator[Path]:
+    def _template(self, as_postgres: bool) -> Iterator[tuple[Path, Callable[[], bool]]]:
         """A cluster holding the database, made once for these binaries, initdb options, user
-        and database and kept in the temp dir for every later server to copy: made under the
-        template's lock held exclusively, so that servers started at once make it once, and
-        renamed into place whole; copied under it held shared, so that a server finding the
-        template incomplete removes it only once no copy of it runs."""
+        and database and kept in the temp dir for every later server to copy, with a check
+        that its lock is still the one at its path. Copied under its lock held shared, so
+        that servers copy side by side and none removes a template another copies; made
+        under it held exclusively, so that servers started at once make it once."""
         assert self._bin is not None
         build = binaries_digest(self._bin)
         key = json.dumps([str(self._bin), build, _INITDB_OPTIONS, self.user, self.database])
         digest = hashlib.sha256(key.encode()).hexdigest()[:16]
         root = _own_directory(template_root())
-        template = root / digest
-        flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW
-        with open(os.open(root / f"{digest}.lock", flags, 0o600), "w") as lock:
-            _wait_for_lock(lock, root / f"{digest}.lock", fcntl.LOCK_EX)
-            if template.is_dir() and not (template / _COMPLETE).is_file():
-                shutil.rmtree(template)
-            if not template.is_dir():
-                # What a build killed before its rename left: nobody else builds it now.
-                for left in root.glob(f"{digest}-*"):
-                    shutil.rmtree(left, ignore_errors=True)
-                making = Path(tempfile.mkdtemp(prefix=f"{digest}-", dir=root))
-                try:
-                    if as_postgres:
-                        shutil.chown(making, "postgres", "postgres")
-                    self._init_cluster(making)
-                    _write_synced(making / _COMPLETE, "made by tools/services/postgres.py\n")
-                    if as_postgres:
-                        shutil.chown(making / _COMPLETE, "postgres", "postgres")
-                    making.rename(template)
-                    _sync_directory(root)
-                finally:
-                    shutil.rmtree(making, ignore_errors=True)
-            # Not atomic: a server taking the lock meanwhile finds the template complete.
-            _wait_for_lock(lock, root / f"{digest}.lock", fcntl.LOCK_SH)
-            yield template
+        template, lock_path = root / digest, root / f"{digest}.lock"
+        while True:
+            with _locked(lock_path, fcntl.LOCK_SH) as lock:
+                if (template / _COMPLETE).is_file():
+                    yield template, lambda: _names(lock_path, lock)
+                    return
+            with _locked(lock_path, fcntl.LOCK_EX):
+                if not (template / _COMPLETE).is_file():
+                    self._build_template(template, as_postgres)
+
+    def _build_template(self, template: Path, as_postgres: bool) -> None:
+        """``template`` made afresh (renamed into place whole), under its lock held
+        exclusively: whatever was there, or a killed build left beside it, goes first."""
+        shutil.rmtree(template, ignore_errors=True)
+        for left in template.parent.glob(f"{template.name}-*"):
+            shutil.rmtree(left, ignore_errors=True)
+        making = Path(tempfile.mkdtemp(prefix=f"{template.name}-", dir=template.parent))
+        try:
+            if as_postgres:
+                shutil.chown(making, "postgres", "postgres")
+            self._init_cluster(making)
+            _write_synced(making / _COMPLETE, "made by tools/services/postgres.py\n")
+            if as_postgres:
+                shutil.chown(making / _COMPLETE, "postgres", "postgres")
+            making.rename(template)
+            _sync_directory(template.parent)
+        finally:
+            shutil.rmtree(making, ignore_errors=True)
 
     def _init_cluster(self, data_dir: Path) -> None:
         self._run("initdb", "-D", str(data_dir), "-U", self.user, *_INITDB_OPTIONS)
@@ -320,20 +340,51 @@ class PostgresServer:
         return result.stdout + result.stderr
 
 
-def _wait_for_lock(lock: IO[str], path: Path, mode: int) -> None:
+@contextlib.contextmanager
+def _locked(path: Path, mode: int) -> Iterator[IO[str]]:
+    """The lock file at ``path`` open and locked in ``mode``, waiting at most
+    ``_LOCK_WAIT_S``; opened again if it was replaced while this process waited, and
+    touched, so that a cleaner removing files by age keeps it while it is used."""
     deadline = time.monotonic() + _LOCK_WAIT_S
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW
     while True:
-        try:
-            fcntl.flock(lock, mode | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            if time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"{path} has been held for over {_LOCK_WAIT_S:g} s by another process "
-                    "building or copying this template: end that process (lslocks names it; "
-                    "every server waiting for it has the file open too)"
-                ) from None
-            time.sleep(0.05)
+        with open(os.open(path, flags, 0o600), "w") as lock:
+            while True:
+                try:
+                    fcntl.flock(lock, mode | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(
+                            f"{path} has been held for over {_LOCK_WAIT_S:g} s by another "
+                            "process building or copying this template: end that process "
+                            "(lslocks names it; every server waiting for it has the file open "
+                            "too)"
+                        ) from None
+                    time.sleep(0.05)
+            if _names(path, lock):
+                os.utime(lock.fileno())
+                yield lock
+                return
+
+
+def _names(path: Path, lock: IO[str]) -> bool:
+    """Whether ``path`` is still the name of the open file ``lock``."""
+    try:
+        found = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    mine = os.fstat(lock.fileno())
+    return (found.st_dev, found.st_ino) == (mine.st_dev, mine.st_ino)
+
+
+def _empty(directory: Path) -> None:
+    """Remove what ``directory`` holds, keeping it (its owner and mode are the server's)."""
+    for entry in directory.iterdir():
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
 
 
 def _write_synced(path: Path, content: str) -> None:

@@ -5,7 +5,9 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import quote
 
@@ -202,26 +204,66 @@ def test_a_template_lock_held_too_long_is_an_error_naming_it(own_tmpdir, monkeyp
     assert show("held", "server_encoding") == "UTF8"
 
 
-def test_a_template_is_copied_under_its_lock_held_shared(own_tmpdir, monkeypatch):
+def test_servers_copy_one_template_side_by_side_under_its_lock_held_shared(own_tmpdir, monkeypatch):
     """A server finding the template incomplete (a temp-dir cleaner took its marker) removed
-    it while another server was copying it: that copy failed, or started from half a
-    cluster. Copies share the lock, so another may copy meanwhile but none may remove."""
+    it while another server was copying it. Copies share the lock: two run at once (each
+    copy waits here for the other to begin), and no server may take it to remove one."""
     assert show("copied", "server_encoding") == "UTF8"
     [path] = postgres.template_root().glob("*.lock")
-    seen = []
+    both_copying = threading.Barrier(2, timeout=30)
+    exclusive = []
     run = subprocess.run
 
     def copying(command, *args, **kwargs):
         if command[0] == "cp":
-            for mode in (fcntl.LOCK_SH, fcntl.LOCK_EX):
-                with path.open("a") as other:
-                    try:
-                        fcntl.flock(other, mode | fcntl.LOCK_NB)
-                        seen.append((mode, "taken"))
-                    except BlockingIOError:
-                        seen.append((mode, "refused"))
+            both_copying.wait()
+            with path.open("a") as other:
+                try:
+                    fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    exclusive.append("taken")
+                except BlockingIOError:
+                    exclusive.append("refused")
         return run(command, *args, **kwargs)
 
     monkeypatch.setattr(postgres.subprocess, "run", copying)
-    assert show("copied", "server_encoding") == "UTF8"
-    assert seen == [(fcntl.LOCK_SH, "taken"), (fcntl.LOCK_EX, "refused")]
+    servers = [PostgresServer(database="copied") for _ in range(2)]
+    with ThreadPoolExecutor(2) as pool:
+        started = list(pool.map(lambda server: server.start(), servers))
+    for server in started:
+        server.close()
+    assert exclusive == ["refused", "refused"]
+
+
+def test_a_copy_made_while_the_lock_file_was_removed_is_made_again(own_tmpdir, monkeypatch):
+    """The lock file was never written, so a cleaner removing files by age took it first;
+    the next server then made a lock of its own and removed the template under a copy,
+    which can end short without an error. Here that copy loses its database's files: the
+    server copies again, and its database holds its catalog."""
+    assert show("unlinked", "server_encoding") == "UTF8"
+    root = postgres.template_root()
+    [lock] = root.glob("*.lock")
+    run = subprocess.run
+    copies = []
+
+    def copying(command, *args, **kwargs):
+        result = run(command, *args, **kwargs)
+        if command[0] == "cp":
+            copies.append(command[-1])
+            if len(copies) == 1:  # the cleaner, then another server, during this copy
+                lock.unlink()
+                (root / lock.stem / postgres._COMPLETE).unlink()
+                for table in (Path(command[-1]) / "base").glob("*/*"):
+                    table.unlink()
+                PostgresServer(database="unlinked").start().close()
+        return result
+
+    monkeypatch.setattr(postgres.subprocess, "run", copying)
+    with PostgresServer(database="unlinked") as server:
+        engine = make_engine(server.url)
+        try:
+            with engine.connect() as connection:
+                assert connection.execute(text("SELECT count(*) FROM pg_class")).scalar() > 100
+        finally:
+            engine.dispose()
+    assert len(copies) == 3 and copies[0] == copies[2], copies
+    assert lock.is_file()
