@@ -19,6 +19,7 @@ import fcntl
 import functools
 import hashlib
 import json
+import math
 import os
 import subprocess
 import sys
@@ -26,12 +27,12 @@ import tempfile
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import IO
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from spark_jobs.jobs.startup import job_environment
+from spark_jobs.storage import lock_files
 
 #: The archive's home unless told otherwise: beside the installation it depends on.
 DEFAULT_DIRECTORY = Path(sys.prefix) / "jvm-archive"
@@ -73,31 +74,12 @@ def ensure_archive(directory: Path = DEFAULT_DIRECTORY, base: str = "") -> Path:
     while the others wait on a lock beside it."""
     path = archive_path(directory)
     path.parent.mkdir(parents=True, exist_ok=True)
-    lock = _lock(path.with_suffix(".lock"), wait=True)
+    lock = lock_files.acquire(path.with_suffix(".lock"), fcntl.LOCK_EX, math.inf)
     assert lock is not None
     with lock:
         if not path.exists():
             _build(path, base)
     return path
-
-
-def _lock(path: Path, wait: bool) -> IO[str] | None:
-    """The lock file at ``path``, opened and locked; None if ``wait`` is False and another
-    process holds it. A lock file removed while this process waited for it (a newer
-    installation clearing the old ones away) is opened again: its successor is the lock."""
-    while True:
-        handle = open(path, "a")  # noqa: SIM115 - returned open, or closed here
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-        except BlockingIOError:
-            handle.close()
-            return None
-        try:
-            if os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino:
-                return handle
-        except FileNotFoundError:
-            pass
-        handle.close()
 
 
 def _build(path: Path, base: str) -> None:
@@ -140,7 +122,7 @@ def _install(partial: Path, path: Path) -> None:
     be making its archive beside this one: two JDKs, one directory)."""
     os.replace(partial, path)
     for other in sorted({p.stem for p in path.parent.glob("driver-*")} - {path.stem}):
-        lock = _lock(path.parent / f"{other}.lock", wait=False)
+        lock = lock_files.acquire(path.parent / f"{other}.lock", fcntl.LOCK_EX, 0)
         if lock is None:
             continue
         with lock:

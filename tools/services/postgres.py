@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import IO
 
+from spark_jobs.storage import lock_files
 from tools.services.ports import free_port
 
 INSTALL_HINT = (
@@ -44,8 +45,9 @@ _TOOLS = ("initdb", "pg_ctl", "postgres")
 #: How every cluster is made; part of its template's key, so a change makes new templates.
 #: initdb syncs: a template outlives a crash of the machine, as its copies need not.
 _INITDB_OPTIONS = ("--auth=trust", "--encoding=UTF8", "--locale=C")
-#: Written into a template last: one without it (its files cleaned out of the temp dir by
-#: age, say) is made again instead of being copied into every later server.
+#: Written into a template last, listing its files: one without it, or without the files it
+#: lists (cleaned out of the temp dir by age, say), is made again instead of being copied
+#: into every later server.
 _COMPLETE = "backlog-template-complete"
 #: How long a server waits for another process's build of its template: a build takes
 #: seconds, so a lock held longer is a builder stopped or hung, which the error names.
@@ -244,19 +246,23 @@ class PostgresServer:
 
     def _copy_template(self, as_postgres: bool) -> None:
         """The data directory filled from the template, under its lock held shared. A copy
-        counts once the lock file still bears its name and the marker came along: a lock
-        file removed meanwhile (a temp-dir cleaner) let another server remove the template
-        under the copy, which may then end short without an error."""
+        counts once the lock file still bears its name and the copy holds what the marker
+        lists: a lock file removed meanwhile (a temp-dir cleaner) let another server remove
+        the template under the copy, which then ends short or fails, and a cleaner may take
+        the template's files while it is copied."""
         for _ in range(_COPY_TRIES):
             with self._template(as_postgres) as (template, lock_held):
                 # -a keeps the postgres user's ownership and the data directory's 0700.
-                subprocess.run(["cp", "-a", f"{template}/.", str(self._data_dir)], check=True)
-                if lock_held() and (self._data_dir / _COMPLETE).is_file():
+                command = ["cp", "-a", f"{template}/.", str(self._data_dir)]
+                copy = subprocess.run(command, capture_output=True, text=True, check=False)
+                if copy.returncode != 0 and lock_held():
+                    raise RuntimeError(f"{' '.join(command)} failed:\n{copy.stderr}")
+                if lock_held() and _complete(self._data_dir):
                     return
             _empty(self._data_dir)
         raise RuntimeError(
-            f"the template of {self._data_dir} changed during each of {_COPY_TRIES} copies: "
-            f"something keeps removing files in {template_root()}"
+            f"the template of {self._data_dir} or its lock file was removed during each of "
+            f"{_COPY_TRIES} copies: something keeps removing files in {template_root()}"
         )
 
     @contextlib.contextmanager
@@ -272,18 +278,30 @@ class PostgresServer:
         digest = hashlib.sha256(key.encode()).hexdigest()[:16]
         root = _own_directory(template_root())
         template, lock_path = root / digest, root / f"{digest}.lock"
+        deadline = time.monotonic() + _LOCK_WAIT_S
         while True:
-            with _locked(lock_path, fcntl.LOCK_SH) as lock:
-                if (template / _COMPLETE).is_file():
-                    yield template, lambda: _names(lock_path, lock)
+            with _locked(lock_path, fcntl.LOCK_SH, deadline) as lock:
+                if _complete(template):
+                    yield template, lambda: lock_files.names(lock_path, lock)
                     return
-            with _locked(lock_path, fcntl.LOCK_EX):
-                if not (template / _COMPLETE).is_file():
-                    self._build_template(template, as_postgres)
+            with _locked(lock_path, fcntl.LOCK_EX, deadline) as lock:
+                if not _complete(template):
+                    self._build_template(
+                        template, as_postgres, lambda: lock_files.names(lock_path, lock)
+                    )
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"{template} was made and removed again for {_LOCK_WAIT_S:g} s: something "
+                    f"keeps removing files in {root}"
+                )
 
-    def _build_template(self, template: Path, as_postgres: bool) -> None:
-        """``template`` made afresh (renamed into place whole), under its lock held
-        exclusively: whatever was there, or a killed build left beside it, goes first."""
+    def _build_template(
+        self, template: Path, as_postgres: bool, lock_held: Callable[[], bool]
+    ) -> None:
+        """``template`` made afresh (renamed into place whole) with a marker listing its
+        files, under its lock held exclusively: whatever was there, or a killed build left
+        beside it, goes first. A build whose lock file was removed meanwhile is dropped, as
+        another server may be building beside it, and may have removed its files."""
         shutil.rmtree(template, ignore_errors=True)
         for left in template.parent.glob(f"{template.name}-*"):
             shutil.rmtree(left, ignore_errors=True)
@@ -292,11 +310,15 @@ class PostgresServer:
             if as_postgres:
                 shutil.chown(making, "postgres", "postgres")
             self._init_cluster(making)
-            _write_synced(making / _COMPLETE, "made by tools/services/postgres.py\n")
+            _write_synced(making / _COMPLETE, json.dumps(_contents(making)))
             if as_postgres:
                 shutil.chown(making / _COMPLETE, "postgres", "postgres")
-            making.rename(template)
-            _sync_directory(template.parent)
+            if lock_held():
+                making.rename(template)
+                _sync_directory(template.parent)
+        except (OSError, RuntimeError):
+            if lock_held():
+                raise
         finally:
             shutil.rmtree(making, ignore_errors=True)
 
@@ -341,41 +363,38 @@ class PostgresServer:
 
 
 @contextlib.contextmanager
-def _locked(path: Path, mode: int) -> Iterator[IO[str]]:
-    """The lock file at ``path`` open and locked in ``mode``, waiting at most
-    ``_LOCK_WAIT_S``; opened again if it was replaced while this process waited, and
-    touched, so that a cleaner removing files by age keeps it while it is used."""
-    deadline = time.monotonic() + _LOCK_WAIT_S
-    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW
-    while True:
-        with open(os.open(path, flags, 0o600), "w") as lock:
-            while True:
-                try:
-                    fcntl.flock(lock, mode | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() > deadline:
-                        raise RuntimeError(
-                            f"{path} has been held for over {_LOCK_WAIT_S:g} s by another "
-                            "process building or copying this template: end that process "
-                            "(lslocks names it; every server waiting for it has the file open "
-                            "too)"
-                        ) from None
-                    time.sleep(0.05)
-            if _names(path, lock):
-                os.utime(lock.fileno())
-                yield lock
-                return
+def _locked(path: Path, mode: int, deadline: float) -> Iterator[IO[str]]:
+    """The lock file at ``path`` locked in ``mode``, waiting until ``deadline`` at most."""
+    lock = lock_files.acquire(path, mode, max(0.0, deadline - time.monotonic()))
+    if lock is None:
+        raise RuntimeError(
+            f"{path} could not be locked for {_LOCK_WAIT_S:g} s: another process holds it "
+            "while it builds or copies this template (end that process: lslocks names it, and "
+            "every server waiting for it has the file open too), or something keeps removing it"
+        )
+    with lock:
+        yield lock
 
 
-def _names(path: Path, lock: IO[str]) -> bool:
-    """Whether ``path`` is still the name of the open file ``lock``."""
+def _contents(cluster: Path) -> dict[str, int]:
+    """How many files ``cluster`` holds and their bytes, its marker left out."""
+    files = size = 0
+    for directory, _, names in os.walk(cluster):
+        for name in names:
+            path = os.path.join(directory, name)
+            if path != os.path.join(cluster, _COMPLETE):
+                files += 1
+                size += os.lstat(path).st_size
+    return {"files": files, "bytes": size}
+
+
+def _complete(cluster: Path) -> bool:
+    """Whether ``cluster`` holds what its marker lists: a cleaner may have taken either."""
     try:
-        found = os.stat(path, follow_symlinks=False)
-    except FileNotFoundError:
+        listed = json.loads((cluster / _COMPLETE).read_text())
+    except (OSError, ValueError):
         return False
-    mine = os.fstat(lock.fileno())
-    return (found.st_dev, found.st_ino) == (mine.st_dev, mine.st_ino)
+    return listed == _contents(cluster)
 
 
 def _empty(directory: Path) -> None:

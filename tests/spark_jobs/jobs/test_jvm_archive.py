@@ -1,12 +1,11 @@
-import os
+import fcntl
 import subprocess
-import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from spark_jobs.jobs import jvm_archive
+from spark_jobs.storage import lock_files
 
 
 def test_the_archive_is_named_by_the_jdk_and_spark_it_holds(tmp_path, monkeypatch):
@@ -86,7 +85,7 @@ def test_another_installation_making_its_archive_keeps_its_files(tmp_path):
     partial archive stay (removing the lock would let a second builder of it start)."""
     for name in ["driver-other.lock", "driver-other.partial", "driver-new.partial"]:
         (tmp_path / name).write_text(name)
-    other = jvm_archive._lock(tmp_path / "driver-other.lock", wait=True)
+    other = lock_files.acquire(tmp_path / "driver-other.lock", fcntl.LOCK_EX, 0)
     assert other is not None
     with other:
         jvm_archive._install(tmp_path / "driver-new.partial", tmp_path / "driver-new.jsa")
@@ -95,20 +94,3 @@ def test_another_installation_making_its_archive_keeps_its_files(tmp_path):
             "driver-other.lock",
             "driver-other.partial",
         ]
-
-
-def test_a_lock_removed_while_a_process_waits_for_it_is_taken_afresh(tmp_path):
-    path = tmp_path / "driver-x.lock"
-    held = jvm_archive._lock(path, wait=True)
-    assert held is not None
-    taken: list = []
-    waiter = threading.Thread(target=lambda: taken.append(jvm_archive._lock(path, wait=True)))
-    waiter.start()
-    time.sleep(0.2)
-    path.unlink()  # as another installation's cleanup does, holding the lock
-    held.close()
-    waiter.join(10)
-    (lock,) = taken
-    assert lock is not None and os.fstat(lock.fileno()).st_ino == os.stat(path).st_ino
-    assert jvm_archive._lock(path, wait=False) is None, "two processes would hold it"
-    lock.close()

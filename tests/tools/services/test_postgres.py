@@ -198,7 +198,9 @@ def test_a_template_lock_held_too_long_is_an_error_naming_it(own_tmpdir, monkeyp
     waiting = PostgresServer(database="held")
     with path.open("w") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
-        with pytest.raises(RuntimeError, match=rf"{path} has been held for over 0.5 s by another"):
+        with pytest.raises(
+            RuntimeError, match=rf"{path} could not be locked for 0.5 s: another process holds it"
+        ):
             waiting.start()
     waiting.close()
     assert show("held", "server_encoding") == "UTF8"
@@ -267,3 +269,102 @@ def test_a_copy_made_while_the_lock_file_was_removed_is_made_again(own_tmpdir, m
             engine.dispose()
     assert len(copies) == 3 and copies[0] == copies[2], copies
     assert lock.is_file()
+
+
+def test_a_copy_that_fails_because_the_template_went_with_its_lock_is_made_again(
+    own_tmpdir, monkeypatch
+):
+    """cp exits 1 when the template is gone before it starts (a cleaner took the lock file,
+    another server the template): that raised at once, though the next try would work."""
+    assert show("vanished", "server_encoding") == "UTF8"
+    root = postgres.template_root()
+    [lock] = root.glob("*.lock")
+    run = subprocess.run
+    copies = []
+
+    def copying(command, *args, **kwargs):
+        if command[0] == "cp":
+            if not copies:
+                lock.unlink()
+                shutil.rmtree(root / lock.stem)
+            copies.append(run(command, *args, **kwargs).returncode)
+            return subprocess.CompletedProcess(command, copies[-1], "", "")
+        return run(command, *args, **kwargs)
+
+    monkeypatch.setattr(postgres.subprocess, "run", copying)
+    assert_has_catalog("vanished")
+    assert copies == [1, 0]
+
+
+def test_a_template_a_cleaner_took_files_from_but_not_its_marker_is_made_again(own_tmpdir):
+    """A cleaner by age may take the tables and leave the marker: every later copy lacked
+    its catalog and passed, because only the marker was checked."""
+    assert show("aged", "server_encoding") == "UTF8"
+    [template] = [p for p in postgres.template_root().iterdir() if p.is_dir()]
+    for table in list((template / "base").glob("*/*"))[::3]:
+        table.unlink()
+    assert_has_catalog("aged")
+    assert postgres._complete(template)
+
+
+def test_files_a_cleaner_takes_from_the_template_during_a_copy_make_it_again(
+    own_tmpdir, monkeypatch
+):
+    assert show("mid", "server_encoding") == "UTF8"
+    [template] = [p for p in postgres.template_root().iterdir() if p.is_dir()]
+    run = subprocess.run
+    copies = []
+
+    def copying(command, *args, **kwargs):
+        if command[0] == "cp":
+            copies.append(command[-1])
+            if len(copies) == 1:
+                (template / "PG_VERSION").unlink()
+        return run(command, *args, **kwargs)
+
+    monkeypatch.setattr(postgres.subprocess, "run", copying)
+    assert_has_catalog("mid")
+    assert len(copies) == 2 and postgres._complete(template)
+
+
+def test_a_build_whose_lock_file_was_removed_gives_way_to_the_server_building_beside_it(
+    own_tmpdir, monkeypatch
+):
+    """The builder never looked at its lock again: with its lock file gone, a second server
+    took a new lock and swept the first one's build directory as a killed build's, and the
+    first failed on a directory removed under it."""
+    root = postgres.template_root()
+    init = postgres.PostgresServer._init_cluster
+    builds = []
+
+    def building(server, data_dir):
+        builds.append(data_dir)
+        init(server, data_dir)
+        if len(builds) == 1:  # a cleaner, then another server, during the first build
+            [lock] = root.glob("*.lock")
+            lock.unlink()
+            postgres.PostgresServer(database="beside").start().close()
+
+    monkeypatch.setattr(postgres.PostgresServer, "_init_cluster", building)
+    assert_has_catalog("beside")
+    assert len(builds) == 2 and not builds[0].exists()
+    assert [p.name for p in root.iterdir() if p.is_dir()] == [builds[1].name.split("-")[0]]
+
+
+def test_a_template_removed_after_every_build_is_an_error_in_bounded_time(own_tmpdir, monkeypatch):
+    monkeypatch.setattr(postgres, "_LOCK_WAIT_S", 1.0)
+    monkeypatch.setattr(postgres.PostgresServer, "_build_template", lambda *_: time.sleep(0.1))
+    server = postgres.PostgresServer(database="never")
+    with pytest.raises(RuntimeError, match=r"was made and removed again for 1 s: something keeps"):
+        server.start()
+    server.close()
+
+
+def assert_has_catalog(database: str) -> None:
+    with PostgresServer(database=database) as server:
+        engine = make_engine(server.url)
+        try:
+            with engine.connect() as connection:
+                assert connection.execute(text("SELECT count(*) FROM pg_class")).scalar() > 100
+        finally:
+            engine.dispose()
