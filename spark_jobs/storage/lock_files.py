@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import stat
 import time
 from pathlib import Path
 from typing import IO
@@ -25,9 +26,13 @@ def acquire(path: Path, mode: int, wait_s: float) -> IO[str] | None:
     (``fcntl.LOCK_SH`` or ``LOCK_EX``); None if that took longer than ``wait_s`` (0: one
     try; ``math.inf``: as long as it takes)."""
     deadline = time.monotonic() + wait_s
-    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW
+    # Not blocking: a FIFO planted at the path would hold the open forever.
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
     while True:
         handle = open(os.open(path, flags, 0o600), "w")  # noqa: SIM115 - returned or closed
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            handle.close()
+            raise OSError(f"{path} is not a regular file, so it cannot serve as a lock file")
         if _flock(handle, mode, deadline) and names(path, handle):
             os.utime(handle.fileno())
             return handle

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import glob
 import hashlib
 import json
@@ -248,17 +249,19 @@ class PostgresServer:
         """The data directory filled from the template, under its lock held shared. A copy
         counts once the lock file still bears its name and the copy holds what the marker
         lists: a lock file removed meanwhile (a temp-dir cleaner) let another server remove
-        the template under the copy, which then ends short or fails, and a cleaner may take
-        the template's files while it is copied."""
+        the template under the copy, and a cleaner may take the template's files while it
+        is copied; either way the copy ends short or fails, and is made again (with the
+        template, if that is what lost files). The tries share one deadline."""
+        deadline = time.monotonic() + _LOCK_WAIT_S
         for _ in range(_COPY_TRIES):
-            with self._template(as_postgres) as (template, lock_held):
+            with self._template(as_postgres, deadline) as (template, lock_held):
                 # -a keeps the postgres user's ownership and the data directory's 0700.
                 command = ["cp", "-a", f"{template}/.", str(self._data_dir)]
                 copy = subprocess.run(command, capture_output=True, text=True, check=False)
-                if copy.returncode != 0 and lock_held():
-                    raise RuntimeError(f"{' '.join(command)} failed:\n{copy.stderr}")
                 if lock_held() and _complete(self._data_dir):
                     return
+                if copy.returncode != 0 and lock_held() and _complete(template):
+                    raise RuntimeError(f"{' '.join(command)} failed:\n{copy.stderr}")
             _empty(self._data_dir)
         raise RuntimeError(
             f"the template of {self._data_dir} or its lock file was removed during each of "
@@ -266,7 +269,9 @@ class PostgresServer:
         )
 
     @contextlib.contextmanager
-    def _template(self, as_postgres: bool) -> Iterator[tuple[Path, Callable[[], bool]]]:
+    def _template(
+        self, as_postgres: bool, deadline: float
+    ) -> Iterator[tuple[Path, Callable[[], bool]]]:
         """A cluster holding the database, made once for these binaries, initdb options, user
         and database and kept in the temp dir for every later server to copy, with a check
         that its lock is still the one at its path. Copied under its lock held shared, so
@@ -278,30 +283,30 @@ class PostgresServer:
         digest = hashlib.sha256(key.encode()).hexdigest()[:16]
         root = _own_directory(template_root())
         template, lock_path = root / digest, root / f"{digest}.lock"
-        deadline = time.monotonic() + _LOCK_WAIT_S
+        dropped: Exception | None = None
         while True:
             with _locked(lock_path, fcntl.LOCK_SH, deadline) as lock:
                 if _complete(template):
-                    yield template, lambda: lock_files.names(lock_path, lock)
+                    yield template, functools.partial(lock_files.names, lock_path, lock)
                     return
             with _locked(lock_path, fcntl.LOCK_EX, deadline) as lock:
                 if not _complete(template):
-                    self._build_template(
-                        template, as_postgres, lambda: lock_files.names(lock_path, lock)
-                    )
+                    lock_held = functools.partial(lock_files.names, lock_path, lock)
+                    dropped = self._build_template(template, as_postgres, lock_held) or dropped
             if time.monotonic() > deadline:
                 raise RuntimeError(
                     f"{template} was made and removed again for {_LOCK_WAIT_S:g} s: something "
                     f"keeps removing files in {root}"
-                )
+                ) from dropped
 
     def _build_template(
         self, template: Path, as_postgres: bool, lock_held: Callable[[], bool]
-    ) -> None:
+    ) -> Exception | None:
         """``template`` made afresh (renamed into place whole) with a marker listing its
         files, under its lock held exclusively: whatever was there, or a killed build left
         beside it, goes first. A build whose lock file was removed meanwhile is dropped, as
-        another server may be building beside it, and may have removed its files."""
+        another server may be building beside it, and may have removed its files: its
+        error, if it had one, is returned."""
         shutil.rmtree(template, ignore_errors=True)
         for left in template.parent.glob(f"{template.name}-*"):
             shutil.rmtree(left, ignore_errors=True)
@@ -310,17 +315,18 @@ class PostgresServer:
             if as_postgres:
                 shutil.chown(making, "postgres", "postgres")
             self._init_cluster(making)
-            _write_synced(making / _COMPLETE, json.dumps(_contents(making)))
-            if as_postgres:
-                shutil.chown(making / _COMPLETE, "postgres", "postgres")
+            owner = pwd.getpwnam("postgres") if as_postgres else None
+            _write_marker(making / _COMPLETE, json.dumps(_contents(making)), owner)
             if lock_held():
                 making.rename(template)
                 _sync_directory(template.parent)
-        except (OSError, RuntimeError):
+        except (OSError, RuntimeError) as error:
             if lock_held():
                 raise
+            return error
         finally:
             shutil.rmtree(making, ignore_errors=True)
+        return None
 
     def _init_cluster(self, data_dir: Path) -> None:
         self._run("initdb", "-D", str(data_dir), "-U", self.user, *_INITDB_OPTIONS)
@@ -377,15 +383,18 @@ def _locked(path: Path, mode: int, deadline: float) -> Iterator[IO[str]]:
 
 
 def _contents(cluster: Path) -> dict[str, int]:
-    """How many files ``cluster`` holds and their bytes, its marker left out."""
-    files = size = 0
-    for directory, _, names in os.walk(cluster):
+    """How many files and directories ``cluster`` holds and the files' bytes, its marker
+    left out: a cleaner may take empty directories (``pg_notify``) a server cannot start
+    without, as well as files."""
+    files = directories = size = 0
+    for directory, subdirectories, names in os.walk(cluster):
+        directories += len(subdirectories)
         for name in names:
             path = os.path.join(directory, name)
             if path != os.path.join(cluster, _COMPLETE):
                 files += 1
                 size += os.lstat(path).st_size
-    return {"files": files, "bytes": size}
+    return {"files": files, "directories": directories, "bytes": size}
 
 
 def _complete(cluster: Path) -> bool:
@@ -406,11 +415,16 @@ def _empty(directory: Path) -> None:
             entry.unlink()
 
 
-def _write_synced(path: Path, content: str) -> None:
-    with path.open("w") as out:
+def _write_marker(path: Path, content: str, owner: pwd.struct_passwd | None) -> None:
+    """Made new, never through a link: as root the build directory is the postgres user's,
+    who could have planted one there to have root write and hand over another file."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+    with open(os.open(path, flags, 0o644), "w") as out:
         out.write(content)
         out.flush()
         os.fsync(out.fileno())
+        if owner is not None:
+            os.fchown(out.fileno(), owner.pw_uid, owner.pw_gid)
 
 
 def _sync_directory(path: Path) -> None:

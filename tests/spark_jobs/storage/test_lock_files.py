@@ -62,3 +62,24 @@ def test_a_lock_path_that_is_a_symbolic_link_is_never_followed(tmp_path):
     else:
         raise AssertionError("a symlinked lock path was opened")
     assert target.read_text() == "someone's file"
+
+
+def test_a_fifo_at_the_lock_path_is_an_error_at_once_instead_of_an_open_that_never_returns(
+    tmp_path,
+):
+    """A FIFO without a reader held the open forever, whatever the wait."""
+    path = tmp_path / "x.lock"
+    os.mkfifo(path)
+    raised: list[BaseException] = []
+
+    def take() -> None:
+        try:
+            lock_files.acquire(path, fcntl.LOCK_EX, 0)
+        except OSError as error:
+            raised.append(error)
+
+    taker = threading.Thread(target=take, daemon=True)
+    taker.start()
+    taker.join(5)
+    assert not taker.is_alive(), "acquire still blocked after 5 s"
+    assert raised, "a FIFO served as a lock file"

@@ -368,3 +368,89 @@ def assert_has_catalog(database: str) -> None:
                 assert connection.execute(text("SELECT count(*) FROM pg_class")).scalar() > 100
         finally:
             engine.dispose()
+
+
+def test_a_template_a_cleaner_took_empty_directories_from_is_made_again(own_tmpdir):
+    """A cleaner removing empty directories left the files' count and bytes as they were,
+    and every later server failed on a missing pg_notify."""
+    assert show("emptied", "server_encoding") == "UTF8"
+    [template] = [p for p in postgres.template_root().iterdir() if p.is_dir()]
+    for directory, _, _ in os.walk(template, topdown=False):
+        if directory != str(template) and not os.listdir(directory):
+            os.rmdir(directory)
+    assert not postgres._complete(template)
+    assert_has_catalog("emptied")
+
+
+def test_a_copy_cp_fails_on_because_a_cleaner_took_a_file_of_the_template_is_made_again(
+    own_tmpdir, monkeypatch
+):
+    """cp exits 1 on a file removed while it runs, the lock untouched: that raised at once."""
+    assert show("failing", "server_encoding") == "UTF8"
+    [template] = [p for p in postgres.template_root().iterdir() if p.is_dir()]
+    run = subprocess.run
+    copies = []
+
+    def copying(command, *args, **kwargs):
+        if command[0] != "cp":
+            return run(command, *args, **kwargs)
+        if not copies:  # the cleaner takes PG_VERSION after cp listed it
+            (template / "PG_VERSION").unlink()
+            command = [*command[:-1], str(template / "PG_VERSION"), command[-1]]
+        copies.append(run(command, *args, **kwargs).returncode)
+        return subprocess.CompletedProcess(command, copies[-1], "", "")
+
+    monkeypatch.setattr(postgres.subprocess, "run", copying)
+    assert_has_catalog("failing")
+    assert copies == [1, 0]
+
+
+def test_the_copies_of_one_start_share_one_lock_deadline(own_tmpdir, monkeypatch):
+    """Each copy started its own wait: three tries could wait three times as long."""
+    assert show("bounded", "server_encoding") == "UTF8"
+    [lock] = postgres.template_root().glob("*.lock")
+    monkeypatch.setattr(postgres, "_LOCK_WAIT_S", 1.0)
+    acquire, run = postgres.lock_files.acquire, subprocess.run
+    waited: list[float] = []
+
+    def slow(path, mode, wait_s):  # another process holding the lock for 0.4 s each time
+        waited.append(min(0.4, wait_s))
+        time.sleep(waited[-1])
+        return acquire(path, mode, wait_s)
+
+    def copying(command, *args, **kwargs):
+        result = run(command, *args, **kwargs)
+        if command[0] == "cp":
+            lock.unlink(missing_ok=True)  # a cleaner, during every copy
+        return result
+
+    monkeypatch.setattr(postgres.lock_files, "acquire", slow)
+    monkeypatch.setattr(postgres.subprocess, "run", copying)
+    server = postgres.PostgresServer(database="bounded")
+    with pytest.raises(RuntimeError):
+        server.start()
+    server.close()
+    assert sum(waited) <= 1.0, waited
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the build directory is another user's as root")
+def test_as_root_a_link_the_postgres_user_plants_for_the_marker_is_never_followed(
+    own_tmpdir, monkeypatch, tmp_path
+):
+    """Root wrote the marker through a link in the postgres user's build directory, and
+    chowned what it pointed to: any file of root's, rewritten and handed to postgres."""
+    victim = tmp_path / "root's file"
+    victim.write_text("root's\n")
+    init = postgres.PostgresServer._init_cluster
+
+    def init_then_plant(server, data_dir):
+        init(server, data_dir)
+        link = ["ln", "-s", str(victim), str(data_dir / postgres._COMPLETE)]
+        subprocess.run(["runuser", "-u", "postgres", "--", *link], check=True)
+
+    monkeypatch.setattr(postgres.PostgresServer, "_init_cluster", init_then_plant)
+    server = postgres.PostgresServer(database="planted")
+    with pytest.raises(FileExistsError):
+        server.start()
+    server.close()
+    assert (victim.read_text(), victim.stat().st_uid) == ("root's\n", 0)
