@@ -18,8 +18,6 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
 from spark_jobs.backlog.values import parse_count
-from spark_jobs.sources.cdc.child import PostgresCdcChild
-from spark_jobs.sources.cdc.connection import change_schema, connection_url, describe
 from spark_jobs.sources.children import ChildSpecError
 from spark_jobs.sources.hybrid import HybridOptionError, HybridStreamReader
 
@@ -30,6 +28,10 @@ DEFAULT_NAME = "postgres-cdc"
 def child_spec(options: Mapping[str, str]) -> dict[str, Any]:
     """The child spec the options describe (option keys are case-insensitive)."""
     opts = {key.lower(): value for key, value in options.items()}
+    # The copy's modules (pandas, the database drivers among what they import) load only for
+    # a job that reads this source: every driver registers it.
+    from spark_jobs.sources.cdc.child import PostgresCdcChild
+
     spec: dict[str, Any] = {"name": opts.get("name", DEFAULT_NAME), "kind": PostgresCdcChild.kind}
     for field in CHILD_FIELDS:
         if field in opts:
@@ -52,6 +54,8 @@ class PostgresCdcDataSource(DataSource):
         return DEFAULT_NAME
 
     def schema(self) -> StructType:
+        from spark_jobs.sources.cdc.connection import change_schema, connection_url, describe
+
         spec = child_spec(self.options)
         try:
             for field in ("connection", "table"):
